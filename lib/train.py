@@ -1,0 +1,360 @@
+"""One training loop for every method in the book.
+
+Every method trains small heads on *cached* features (see ``lib.store``), so training is cheap and
+the loop can be simple: features stay resident as tensors, each batch is a slice of a seeded random
+permutation (no DataLoader, no workers), and one optimiser step per batch. See
+notebooks/sharelock.py, section "Training the head", for the narrative.
+
+A *method* is any ``nn.Module`` with ``loss(batch: dict[str, Tensor]) -> Tensor`` (a scalar): the
+loop never needs to know whether it trains a ShareLock MLP, a LiT linear head, the three heads of
+Three Towers or FDT's codebook.
+
+What the loop does, and why:
+
+* Adam or AdamW, cosine learning-rate schedule with linear warm-up (the exact formula of HF
+  ``transformers.get_cosine_schedule_with_warmup``, which ShareLock's official code uses), gradient
+  norm clipping (ShareLock: 1.0). ``weight_decay`` applies to every trainable parameter (as ShareLock's
+  ``torch.optim.Adam(self.parameters(), weight_decay=1e-4)``; with Adam it is L2 added to the
+  gradient, with AdamW decoupled decay).
+* Gradient accumulation (``micro_batch_size < batch_size``). Each micro-batch's loss is computed on
+  that micro-batch alone, multiplied by its share of the rows and back-propagated; the optimiser steps
+  once per batch. For a loss that is a mean over rows this is exactly the full-batch gradient. For a
+  contrastive loss it is **not**: each loss only sees ``micro_batch_size - 1`` negatives. ShareLock's
+  official code reaches its "batch 16,384" as 1,024 x 16 accumulation (PyTorch Lightning's
+  ``accumulate_grad_batches``), so its losses see 1,023 negatives; :class:`TrainResult` records
+  ``negatives_per_loss`` so the notebooks can say which one they ran.
+* Validation loss in eval mode (BatchNorm running statistics, no dropout) every ``eval_every`` steps
+  and at the end; the best weights (lowest validation loss) are kept and restored at the end;
+  optional early stopping after ``patience`` evaluations without improvement.
+* Determinism: the same seed gives bit-identical history and parameters on CPU. Call
+  :func:`seed_everything` before building the model (the loop does not build it); :func:`fit` seeds
+  torch's global generator again (dropout) and draws batches from its own generator.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["TrainConfig", "TrainResult", "fit", "seed_everything", "cosine_with_warmup"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy and torch (all devices).
+
+    Call it before building the model so that its initial weights depend on the seed only; see
+    notebooks/sharelock.py, section "Training the head".
+    """
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate multiplier after ``step`` optimiser steps (0-based): linear warm-up from 0, then
+    half a cosine down to 0.
+
+    Identical to the ``lr_lambda`` of HF ``get_cosine_schedule_with_warmup`` (used by ShareLock's
+    official code with 150 warm-up steps out of 5,000): ``step / warmup`` during warm-up, then
+    ``0.5 * (1 + cos(pi * (step - warmup) / (total - warmup)))``. As there, the very first update uses
+    a learning rate of 0 when ``warmup_steps > 0``.
+    """
+    if step < warmup_steps:
+        return float(step) / float(max(1, warmup_steps))
+    progress = float(step - warmup_steps) / float(max(1, total_steps - warmup_steps))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of :func:`fit`. Defaults are small-config friendly; ShareLock's paper values
+    are steps=5000, batch_size=16384, micro_batch_size=1024, lr=1e-3, weight_decay=1e-4,
+    optimizer="adam", warmup_steps=150, grad_clip=1.0.
+
+    ``patience`` counts *evaluations* without a validation improvement larger than ``min_delta``
+    (ShareLock's official config: patience 50, min_delta 0.1, evaluated every 500 micro-batches);
+    the weights restored at the end are those of the lowest validation loss, whatever ``min_delta``
+    (as Lightning's ModelCheckpoint next to its EarlyStopping in the official code).
+    ``eval_every`` counts optimiser steps.
+    """
+
+    steps: int = 1000
+    batch_size: int = 256
+    micro_batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    optimizer: str = "adam"
+    warmup_steps: int = 50
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    eval_every: int = 50
+    patience: int | None = None
+    device: str = "cpu"
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.micro_batch_size is not None and not 1 <= self.micro_batch_size <= self.batch_size:
+            raise ValueError(
+                f"micro_batch_size must be between 1 and batch_size={self.batch_size}, "
+                f"got {self.micro_batch_size}"
+            )
+        if self.optimizer not in ("adam", "adamw"):
+            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0 or None (off), got {self.grad_clip}")
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be >= 1 or None (off), got {self.patience}")
+        if self.min_delta < 0:
+            raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`fit` did.
+
+    ``history`` has one dict per optimiser step: ``step`` (1-based), ``lr`` (the rate used for that
+    step), ``train_loss`` (the share-weighted mean of the micro-batch losses), ``grad_norm`` (total
+    gradient norm *before* clipping) and ``val_loss`` (None when not evaluated at that step).
+    ``negatives_per_loss`` is how many negatives each contrastive loss saw (rows per micro-batch - 1).
+    ``best_step``/``best_val_loss`` are None without a validation set.
+    """
+
+    history: list[dict[str, Any]]
+    best_step: int | None
+    best_val_loss: float | None
+    stopped_early: bool
+    steps_run: int
+    negatives_per_loss: int
+    seconds: float
+    batch_size: int = 0
+    micro_batch_size: int = 0
+    config: TrainConfig | None = field(default=None, repr=False)
+
+    def history_frame(self):
+        """The history as a pandas DataFrame (one row per step), for tables and plots."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history, columns=["step", "lr", "train_loss", "grad_norm", "val_loss"])
+
+
+def _num_rows(features: dict[str, torch.Tensor], name: str) -> int:
+    if not isinstance(features, dict) or not features:
+        raise ValueError(f"{name} must be a non-empty dict of tensors, got {type(features).__name__}")
+    sizes = {}
+    for key, value in features.items():
+        if not isinstance(value, torch.Tensor) or value.ndim < 1:
+            raise ValueError(f"{name}[{key!r}] must be a tensor with a batch dimension")
+        sizes[key] = value.shape[0]
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"all {name} tensors must have the same number of rows, got {sizes}")
+    n = next(iter(sizes.values()))
+    if n < 1:
+        raise ValueError(f"{name} has no rows")
+    return n
+
+
+def _as_scalar_loss(loss: Any) -> torch.Tensor:
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(f"method.loss(batch) must return a scalar tensor, got {shape}")
+    return loss
+
+
+def _progress_default() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no")
+
+
+@torch.no_grad()
+def _validation_loss(method: nn.Module, val: dict[str, torch.Tensor], n_val: int, batch_size: int) -> float:
+    """Mean loss over consecutive full validation batches, in eval mode.
+
+    Only full batches are used (all rows as one batch if there are fewer than ``batch_size``), so every
+    loss averaged sees the same number of negatives: a contrastive loss over a short last batch is
+    easier and would bias the mean.
+    """
+    was_training = method.training
+    method.eval()
+    try:
+        size = min(batch_size, n_val)
+        total = 0.0
+        count = n_val // size
+        for i in range(count):
+            batch = {k: v[i * size : (i + 1) * size] for k, v in val.items()}
+            total += float(_as_scalar_loss(method.loss(batch)).float())
+        return total / count
+    finally:
+        method.train(was_training)
+
+
+def _total_grad_norm(params: list[nn.Parameter]) -> float:
+    """The norm ``clip_grad_norm_`` would report, without touching the gradients."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.nn.utils.get_total_norm(grads))
+
+
+def fit(
+    method: nn.Module,
+    train: dict[str, torch.Tensor],
+    val: dict[str, torch.Tensor] | None,
+    config: TrainConfig,
+    *,
+    progress: bool | None = None,
+) -> TrainResult:
+    """Train ``method`` on resident feature tensors; return the history and restore the best weights.
+
+    ``train`` and ``val`` map names to tensors sharing their first dimension (rows); a batch is the
+    same dict with a subset of rows, passed to ``method.loss``. Batches of ``batch_size`` rows are
+    drawn from a fresh seeded permutation each epoch; the last incomplete batch of an epoch is dropped
+    (if there are fewer rows than ``batch_size``, every batch is all rows).
+
+    With ``micro_batch_size`` set, each batch is cut into micro-batches whose losses are scaled by their
+    share of rows and back-propagated before one optimiser step (see the module docstring for what that
+    means for contrastive losses). Validation batches have the size of the loss's batch
+    (``micro_batch_size`` when set, else ``batch_size``), so train and validation losses see the same
+    number of negatives and are comparable, as in ShareLock's official code (its validation batches
+    hold 1,024 rows).
+
+    See notebooks/sharelock.py, section "Training the head".
+    """
+    start = time.perf_counter()
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if not callable(getattr(method, "loss", None)):
+        raise TypeError(f"{type(method).__name__} has no loss(batch) method; every method needs one")
+    if progress is None:
+        progress = _progress_default()
+
+    device = torch.device(config.device)
+    n_train = _num_rows(train, "train")
+    n_val = _num_rows(val, "val") if val is not None else 0
+    train = {k: v.to(device) for k, v in train.items()}
+    if val is not None:
+        val = {k: v.to(device) for k, v in val.items()}
+
+    batch_size = min(config.batch_size, n_train)
+    micro = min(config.micro_batch_size or batch_size, batch_size)
+    batches_per_epoch = n_train // batch_size
+
+    torch.manual_seed(config.seed)  # dropout and any other draw from the global generator
+    order_gen = torch.Generator().manual_seed(config.seed)
+
+    method.to(device)
+    method.train()
+    params = [p for p in method.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{type(method).__name__} has no trainable parameters")
+    opt_cls = torch.optim.Adam if config.optimizer == "adam" else torch.optim.AdamW
+    optimizer = opt_cls(params, lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: cosine_with_warmup(s, config.warmup_steps, config.steps)
+    )
+
+    history: list[dict[str, Any]] = []
+    best_val = math.inf
+    best_step: int | None = None
+    best_state: dict[str, torch.Tensor] | None = None
+    stop_ref = math.inf
+    bad_evals = 0
+    stopped_early = False
+    perm: torch.Tensor | None = None
+    batch_in_epoch = batches_per_epoch  # forces a permutation at the first step
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.steps, desc=f"fit {type(method).__name__}", unit="step")
+
+    step = 0
+    try:
+        while step < config.steps:
+            if batch_in_epoch >= batches_per_epoch:
+                perm = torch.randperm(n_train, generator=order_gen).to(device)
+                batch_in_epoch = 0
+            idx = perm[batch_in_epoch * batch_size : (batch_in_epoch + 1) * batch_size]
+            batch_in_epoch += 1
+
+            optimizer.zero_grad(set_to_none=True)
+            train_loss = 0.0
+            for chunk in idx.split(micro):
+                batch = {k: v[chunk] for k, v in train.items()}
+                loss = _as_scalar_loss(method.loss(batch))
+                share = chunk.numel() / idx.numel()
+                (loss * share).backward()
+                train_loss += float(loss.detach()) * share
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(f"training loss is {train_loss} at step {step + 1}")
+
+            lr = optimizer.param_groups[0]["lr"]
+            if config.grad_clip is not None:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+            else:
+                grad_norm = _total_grad_norm(params)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            record: dict[str, Any] = {
+                "step": step,
+                "lr": lr,
+                "train_loss": train_loss,
+                "grad_norm": grad_norm,
+                "val_loss": None,
+            }
+            history.append(record)
+
+            if val is not None and (step % config.eval_every == 0 or step == config.steps):
+                val_loss = _validation_loss(method, val, n_val, micro)
+                record["val_loss"] = val_loss
+                if best_state is None or val_loss < best_val:  # the weights to restore: lowest loss
+                    best_val, best_step = val_loss, step
+                    best_state = {k: v.detach().clone() for k, v in method.state_dict().items()}
+                if val_loss < stop_ref - config.min_delta:  # early stopping: improvement > min_delta
+                    stop_ref, bad_evals = val_loss, 0
+                else:
+                    bad_evals += 1
+                    if config.patience is not None and bad_evals >= config.patience:
+                        stopped_early = True
+            if bar is not None:
+                bar.update(1)
+                postfix = {"loss": f"{train_loss:.4f}"}
+                if best_step is not None:
+                    postfix["best_val"] = f"{best_val:.4f}"
+                bar.set_postfix(postfix, refresh=False)
+            if stopped_early:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if best_state is not None:
+        method.load_state_dict(best_state)
+    return TrainResult(
+        history=history,
+        best_step=best_step,
+        best_val_loss=None if best_step is None else best_val,
+        stopped_early=stopped_early,
+        steps_run=step,
+        negatives_per_loss=micro - 1,
+        seconds=time.perf_counter() - start,
+        batch_size=batch_size,
+        micro_batch_size=micro,
+        config=copy.deepcopy(config),
+    )
