@@ -1,0 +1,240 @@
+"""Validated configs: a notebook's ``small`` and ``full`` settings, checked before any work starts.
+
+Why: the worst way to learn that ``pooling: last-token`` should read ``last_token`` is an hour into a
+paper-scale precompute. Every field is checked on load against a dataclass schema, and a bad one
+gives a single line naming the field, the value and what is allowed (``ConfigError``).
+See ``notebooks/sharelock.py``, section "Configuration".
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from lib.paths import REPO_ROOT
+
+CONFIG_DIR = REPO_ROOT / "notebooks" / "configs"
+
+
+class ConfigError(ValueError):
+    """One line: which field, which value, what is allowed."""
+
+
+@dataclass(frozen=True)
+class TextModelConfig:
+    name: str
+    pooling: Literal["last_token", "mean", "cls"]
+    layer: int = -1
+    max_length: int = 77
+    batch_size: int = 64
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class VisionModelConfig:
+    name: str
+    library: Literal["timm", "transformers"]
+    image_size: int | None = None
+    crop_pct: float | None = None
+    batch_size: int = 64
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: Literal["emoji", "pairs"]
+    captions: Literal["label", "label_tags", "long"] = "label_tags"
+    train_style: Literal["google", "twitter"] = "google"
+    other_style: Literal["google", "twitter"] = "twitter"
+    pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)
+    zero_shot: tuple[str, ...] = ()  # extra zero-shot datasets by manifest name
+    zero_shot_per_class: int | None = None  # cap images per class (small config); None = all
+    limit: int | None = None  # keep only the first N training concepts/pairs (tests)
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden_dim: int = 4096
+    num_layers: int = 4
+    dropout: float = 0.2
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    temperature: float = 0.07
+    learnable: bool = False
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 5000
+    batch_size: int = 16384
+    micro_batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    optimizer: Literal["adam", "adamw"] = "adam"
+    warmup_steps: int = 150
+    grad_clip: float | None = 1.0
+    eval_every: int = 50
+    patience: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    dtype: Literal["float16", "float32"] = "float16"
+    shard_rows: int = 4096
+    verify: Literal["always", "once", "never"] = "once"
+
+
+@dataclass(frozen=True)
+class ShareLockConfig:
+    data: DataConfig
+    vision: tuple[VisionModelConfig, ...]
+    text: tuple[TextModelConfig, ...]
+    head: HeadConfig = field(default_factory=HeadConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping with fields {', '.join(f.name for f in dataclasses.fields(tp))}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    bad = ConfigError(f"{where}: {value!r} is not allowed; expected {_describe(tp)}")
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _convert(value, option, where)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise bad
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        (item,) = typing.get_args(tp)[:1]
+        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is type(None):
+        if value is None:
+            return None
+        raise bad
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if tp is str:
+        if isinstance(value, str) and value:
+            return value
+        raise bad
+    raise ConfigError(f"{where}: unsupported schema type {tp!r}")
+
+
+def build(schema: type, data: Any, where: str = "config"):
+    """Build a frozen dataclass from plain data, validating every field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected {_describe(schema)}, got {data!r}")
+    hints = typing.get_type_hints(schema)
+    names = {f.name for f in dataclasses.fields(schema)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field; allowed fields are {', '.join(sorted(names))}")
+    values = {}
+    for f in dataclasses.fields(schema):
+        here = f"{where}.{f.name}"
+        if f.name in data:
+            values[f.name] = _convert(data[f.name], hints[f.name], here)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{here}: missing; expected {_describe(hints[f.name])}")
+    try:
+        instance = schema(**values)
+    except (TypeError, ValueError) as error:  # a __post_init__ check
+        raise ConfigError(f"{where}: {error}") from None
+    _check_positive(instance, where)
+    return instance
+
+
+def _check_positive(instance: Any, where: str) -> None:
+    for name in ("steps", "batch_size", "hidden_dim", "num_layers", "shard_rows", "max_length", "image_size",
+                 "micro_batch_size", "eval_every", "patience", "zero_shot_per_class", "limit"):
+        value = getattr(instance, name, None)
+        if isinstance(value, int) and value <= 0:
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected a positive integer")
+    for name in ("temperature", "lr"):
+        value = getattr(instance, name, None)
+        if isinstance(value, float) and value <= 0:
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected a positive number")
+    dropout = getattr(instance, "dropout", None)
+    if isinstance(dropout, float) and not 0 <= dropout < 1:
+        raise ConfigError(f"{where}.dropout: {dropout!r} is not allowed; expected a number in [0, 1)")
+
+
+def load(notebook: str, name: str, schema: type, overrides: dict | None = None):
+    """Load section ``name`` (``small`` / ``full``) of ``notebooks/configs/<notebook>.yaml``.
+
+    ``name`` may also be a path to a YAML file holding one config (e.g. a user's own variant).
+    ``overrides`` is a nested dict merged over the file (papermill parameters, tests).
+    """
+    path = CONFIG_DIR / f"{notebook}.yaml"
+    if Path(name).suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(Path(name).read_text())
+    else:
+        sections = yaml.safe_load(path.read_text())
+        if name not in sections:
+            raise ConfigError(f"config: {name!r} is not allowed; expected one of {', '.join(sections)} ({path})")
+        data = sections[name]
+    return build(schema, _merge(data, overrides or {}), where=name)
+
+
+def _merge(base: Any, extra: dict) -> Any:
+    if not isinstance(base, dict):
+        return extra
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(base.get(key), value) if isinstance(value, dict) else value
+    return merged
+
+
+def as_dict(instance: Any) -> dict:
+    return dataclasses.asdict(instance)
