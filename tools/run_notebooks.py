@@ -1,0 +1,96 @@
+"""Run every chapter of the book in the small config (the first half of ``make book``).
+
+Each notebook's ``.py`` (jupytext py:percent) is the source: it is synced into the ``.ipynb``, which
+papermill then executes in place from the repository root, so the book renders the outputs this
+run produced. A notebook whose source, configs and ``lib`` are unchanged since its last successful
+run is skipped (the fingerprint is kept in the notebook's metadata); ``--force`` reruns everything.
+Features are cached in the store either way, so a rerun retrains heads but recomputes no feature.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+import papermill
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = "frozen-lip"
+
+
+def chapters() -> list[Path]:
+    """Notebook sources in ``_toc.yml`` order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("file", "")).startswith("notebooks/"):
+                found.append(ROOT / f"{node['file']}.py")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(toc)
+    return found
+
+
+def fingerprint(source: Path) -> str:
+    digest = hashlib.sha256()
+    inputs = [source, *sorted((ROOT / "notebooks" / "configs").glob("*.yaml")), *sorted((ROOT / "lib").glob("*.py"))]
+    for path in inputs:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def run(source: Path, force: bool) -> None:
+    notebook_path = source.with_suffix(".ipynb")
+    stamp = fingerprint(source)
+    if notebook_path.exists() and not force:
+        existing = nbformat.read(notebook_path, as_version=4)
+        if existing.metadata.get("book", {}).get("fingerprint") == stamp:
+            print(f"{source.stem}: unchanged since its last run, skipped (use --force to rerun)")
+            return
+    notebook = jupytext.read(source)
+    notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (frozen-lip)", "language": "python"}
+    partial = notebook_path.with_name(f".{notebook_path.name}.running")
+    nbformat.write(notebook, partial)
+    start = time.time()
+    try:
+        papermill.execute_notebook(
+            str(partial), str(partial), kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False, log_output=False
+        )
+    except BaseException:
+        print(f"{source.stem}: FAILED; the executed notebook with the error is {partial}", file=sys.stderr)
+        raise
+    executed = nbformat.read(partial, as_version=4)
+    executed.metadata.pop("papermill", None)
+    for cell in executed.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+    executed.metadata["book"] = {"fingerprint": stamp}
+    nbformat.write(executed, notebook_path)  # only a complete run replaces the committed notebook
+    partial.unlink()
+    print(f"{source.stem}: executed in {time.time() - start:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="rerun notebooks even if unchanged")
+    parser.add_argument("names", nargs="*", help="only these chapters (e.g. sharelock)")
+    args = parser.parse_args()
+    for source in chapters():
+        if not args.names or source.stem in args.names:
+            run(source, args.force)
+
+
+if __name__ == "__main__":
+    main()
