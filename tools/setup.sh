@@ -48,10 +48,18 @@ as_root() {
 }
 
 # --- 1. virtual environment -------------------------------------------------------------------
-if [[ -x $PY ]]; then
+if [[ -x $PY && -x $VENV/bin/pip ]]; then
   say "venv ok (.venv)"
 else
-  "${PYTHON:-python3}" -m venv "$VENV"
+  rm -rf "$VENV"
+  if ! "${PYTHON:-python3}" -m venv "$VENV" 2>/dev/null; then
+    # Debian/Ubuntu's python3 ships venv's ensurepip separately
+    rm -rf "$VENV"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq python3-venv
+    "${PYTHON:-python3}" -m venv "$VENV"
+  fi
   say "venv created (.venv, $("$PY" --version))"
 fi
 
