@@ -173,7 +173,7 @@ for t in cfg.text:
         TXT[(t.name, pairs.name)] = text_feats(t, pairs.captions, pairs.name, pairs.source)
     for labelled in bench.zero_shot:
         TXT[(t.name, "prompts:" + labelled.name)] = text_feats(
-            t, prompts(labelled), "prompts:" + labelled.name, {**labelled.source, "prompts": list(labelled.templates)})
+            t, prompts(labelled), "prompts:" + labelled.name, {"prompts_for": labelled.source["dataset"]})
 features.release_encoders()
 cache_table = pd.DataFrame(cache_log)
 print(f"feature shards computed now: {cache_table.computed.sum()}, reused from the store: {cache_table.reused.sum()}")
@@ -185,7 +185,7 @@ cache_table
 # ShareLock's head (`lib.heads.ShareLockHead`) is `Linear → BatchNorm1d → ReLU → Dropout(0.2)`
 # three times, then a final `Linear` into the image feature space, then L2 normalisation; the image
 # side has no head at all (`ShareLock.embed_image` only normalises). The paper's hidden width is
-# 4096 for 4096-wide Llama features; the small config uses 1024 for 384–640-wide inputs. The
+# 4096 for 4096-wide Llama features; the small config uses 512 for 384–640-wide inputs. The
 # baseline `LinearHead` is one linear map (LiT-style: a locked image tower, a minimal text side).
 
 # %%
@@ -391,7 +391,7 @@ features.release_encoders()
 # |---|---|---|---|
 # | image tower | DINOv2 ViT-B/14 (§6.1 text) | config implies ViT-L/14 | DINOv2 ViT-S/14 (from an ONNX; maybe saliency-tuned), EfficientNet-Lite0 |
 # | text tower | Llama-3-8B, last token, after final norm | same | Gemma 3 270M (last token), MiniLM-L6 (mean) |
-# | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design, hidden 1024 |
+# | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design, hidden 512 |
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | 256 (255 negatives); full config: true 16,384 |
 # | image preprocessing at test | — | `encode_image` applies *training* augmentations | eval-mode only |

@@ -1,0 +1,72 @@
+"""ShareLock as a method: the image side is only normalised, the loss is CLIP's, evaluation is CLIP's."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lib.config import HeadConfig, LossConfig
+from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+
+
+def _method(kind="mlp"):
+    torch.manual_seed(0)
+    return ShareLock(12, 8, HeadConfig(hidden_dim=16), LossConfig(), kind=kind).eval()
+
+
+def test_image_side_has_no_parameters_and_only_normalises():
+    method = _method()
+    image = torch.randn(5, 8)
+    assert torch.allclose(method.embed_image(image), F.normalize(image, dim=-1))
+    assert all(name.startswith("text_head") for name, _ in method.named_parameters())
+
+
+def test_loss_is_clip_loss_at_fixed_temperature():
+    method = _method("linear")
+    batch = {"image": torch.randn(6, 8), "text": torch.randn(6, 12)}
+    logits = method.embed_image(batch["image"]) @ method.embed_text(batch["text"]).T / 0.07
+    labels = torch.arange(6)
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+    assert torch.allclose(method.loss(batch), expected, atol=1e-5)
+    assert not any(p.requires_grad for p in method.criterion.parameters())
+
+
+def test_wrong_image_width_is_named():
+    with pytest.raises(ValueError, match="width 8, got 5"):
+        _method().embed_image(torch.randn(2, 5))
+
+
+def test_unknown_head_kind_is_rejected():
+    with pytest.raises(ValueError, match="head kind"):
+        ShareLock(4, 4, HeadConfig(), LossConfig(), kind="transformer")
+
+
+def test_zero_shot_metrics_equal_manual_prompt_ensemble():
+    method = _method()
+    labelled = SimpleNamespace(classnames=("cat", "dog", "cow"), templates=("a {c}.", "an emoji of {c}."),
+                               labels=(0, 1, 2, 2))
+    texts = prompts(labelled)
+    assert texts == ["a cat.", "an emoji of cat.", "a dog.", "an emoji of dog.", "a cow.", "an emoji of cow."]
+    prompt_features = torch.randn(len(texts), 12)
+    images = torch.randn(4, 8)
+    with torch.no_grad():
+        per_prompt = method.embed_text(prompt_features).view(3, 2, -1)
+        classifier = F.normalize(F.normalize(per_prompt, dim=-1).mean(1), dim=-1)
+        predictions = (F.normalize(images, dim=-1) @ classifier.T).argmax(1)
+    expected = (predictions == torch.tensor(labelled.labels)).float().mean().item()
+    metrics = zero_shot_metrics(method, images, prompt_features, labelled)
+    assert metrics["acc1"] == pytest.approx(expected)
+    assert metrics["acc5"] == pytest.approx(1.0)  # k is clipped to the 3 classes
+
+
+def test_retrieval_is_perfect_when_captions_map_onto_their_images():
+    method = ShareLock(8, 8, HeadConfig(), LossConfig(), kind="linear").eval()
+    with torch.no_grad():
+        method.text_head.proj.weight.copy_(torch.eye(8))
+        method.text_head.proj.bias.zero_()
+    images = torch.eye(8) + 0.01 * torch.randn(8, 8)
+    metrics = retrieval(method, images, images.clone())
+    assert metrics["image_retrieval_recall@1"] == 1.0
+    assert metrics["text_retrieval_recall@1"] == 1.0
