@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lib.encoders import TextEncoder, VisionEncoder, pool
+from lib.encoders import TextEncoder, VisionEncoder, pool, to_rgb
 
 
 class FrozenFeatureCLIP(nn.Module):
@@ -22,7 +22,10 @@ class FrozenFeatureCLIP(nn.Module):
         super().__init__()
         self.vision, self.text, self.method = vision, text, method
         self.method.eval()
-        self.preprocess = vision.transform  # what CLIP_benchmark calls ``transform``
+        from torchvision.transforms import Compose
+
+        # What CLIP_benchmark calls ``transform``: the same RGB flattening as ``VisionEncoder.encode``.
+        self.preprocess = Compose([to_rgb, vision.transform])
 
     def tokenizer(self, texts: str | Sequence[str]):
         """Tokenised, padded texts (a ``BatchEncoding``: has ``.to(device)``, as CLIP_benchmark expects)."""

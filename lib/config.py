@@ -205,6 +205,15 @@ def _check_positive(instance: Any, where: str) -> None:
         value = getattr(instance, name, None)
         if isinstance(value, float) and value <= 0:
             raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected a positive number")
+    warmup = getattr(instance, "warmup_steps", None)
+    if isinstance(warmup, int) and warmup < 0:
+        raise ConfigError(f"{where}.warmup_steps: {warmup!r} is not allowed; expected an integer >= 0")
+    clip = getattr(instance, "grad_clip", None)
+    if isinstance(clip, float) and clip <= 0:
+        raise ConfigError(f"{where}.grad_clip: {clip!r} is not allowed; expected a positive number or null (off)")
+    micro, batch = getattr(instance, "micro_batch_size", None), getattr(instance, "batch_size", None)
+    if isinstance(micro, int) and isinstance(batch, int) and micro > batch:
+        raise ConfigError(f"{where}.micro_batch_size: {micro!r} is not allowed; expected at most batch_size ({batch})")
     dropout = getattr(instance, "dropout", None)
     if isinstance(dropout, float) and not 0 <= dropout < 1:
         raise ConfigError(f"{where}.dropout: {dropout!r} is not allowed; expected a number in [0, 1)")

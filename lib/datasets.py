@@ -130,7 +130,7 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
                 try:
                     row = json.loads(line)
                     rows.append((str(row["image"]), str(row["caption"])))
-                except (json.JSONDecodeError, KeyError) as error:
+                except (json.JSONDecodeError, KeyError, TypeError) as error:
                     raise manifests.DatasetMissingError(
                         f"{folder / f'{split}.jsonl'} line {number} is not {{\"image\": ..., \"caption\": ...}} ({error})"
                     ) from None
@@ -153,6 +153,12 @@ def folder_labelled(name: str, per_class: int | None = None) -> Labelled:
     folder = _manifest_folder(name, "")
     class_dirs: Sequence[str] = manifest["class_dirs"]
     classnames = manifest["classes"]
+    missing = [d for d in class_dirs if not (folder / d).is_dir()]
+    if missing:
+        raise manifests.DatasetMissingError(
+            f"dataset {name!r}: {len(missing)} of {len(class_dirs)} class folders are missing under {folder} "
+            f"(e.g. {missing[0]}): a partial copy would be scored as complete; finish the download"
+        )
     ids, labels, paths = [], [], []
     for label, class_dir in enumerate(class_dirs):
         files = sorted(p for p in (folder / class_dir).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)

@@ -21,6 +21,8 @@ from lib import paths
 from lib.atomic import building_dir, write_json
 
 OFFLINE_PREFIX = "offline/"
+# Files whose bytes change a model's outputs: all of them key the features of a local model folder.
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".onnx", ".json"}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -210,8 +212,12 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
         return ResolvedModel(name, str(folder), library, identity)
     local = Path(name).expanduser()
     if local.exists():
-        weights = sorted(local.glob("*.safetensors")) if local.is_dir() else [local]
-        identity = {"name": str(local.resolve()), "sha256": [_sha256(w) for w in weights]}
+        if local.is_dir():
+            weights = sorted(p for p in local.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+            hashes = {str(p.relative_to(local)): _sha256(p) for p in weights}
+        else:
+            hashes = {local.name: _sha256(local)}
+        identity = {"name": str(local.resolve()), "sha256": hashes}
         return ResolvedModel(name, str(local), library, identity)
     # A hub id: the library downloads (or finds in the HF cache) the pinned revision.
     return ResolvedModel(name, name, library, {"name": name, "revision": revision or "main"})

@@ -1,0 +1,234 @@
+"""Tests of lib.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
+local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders (DESIGN.md §4)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import Counter
+
+import pytest
+from PIL import Image
+
+from lib import datasets, emoji, manifests
+from lib.datasets import BadImageError, folder_labelled, jsonl_pairs, open_image
+from lib.manifests import DatasetMissingError
+
+OBTAIN = "Download toy.zip from https://example.org/toy and unzip it."
+
+
+# ---------------------------------------------------------------- the small config (emoji, Fashion-MNIST)
+
+@pytest.mark.parametrize("split", ["val", "unseen"])
+def test_no_held_out_concept_or_family_is_among_training_pairs(split, emoji_concepts):
+    train = datasets.emoji_pairs("train", "google", "label_tags")
+    held = datasets.emoji_pairs(split, "google", "label_tags")
+    assert len(train) and len(held)
+    assert not set(train.concepts) & set(held.concepts)
+    family = {c.key: c.family for c in emoji_concepts}
+    assert not {family[k] for k in train.concepts} & {family[k] for k in held.concepts}
+    assert not {c.lower() for c in train.captions} & {c.lower() for c in held.captions}
+
+
+def test_emoji_pairs_rows_agree(emoji_concepts):
+    pairs = datasets.emoji_pairs("unseen", "twitter", "long", limit=4)
+    concepts = emoji.split_concepts("unseen")[:4]
+    assert len(pairs) == 4
+    assert pairs.ids == tuple(f"{c.key}/twitter" for c in concepts)
+    assert pairs.concepts == tuple(c.key for c in concepts)
+    assert pairs.captions == tuple(emoji.caption(c, "long") for c in concepts)
+    for i, c in enumerate(concepts):
+        assert pairs.load_image(i).tobytes() == c.image("twitter").tobytes()
+    assert pairs.source["style"] == "twitter" and pairs.source["split"] == "unseen"
+    assert pairs.source["manifest"] == manifests.manifest_hash("emoji")
+    # the style is part of the identity: the same concepts in the other style are other rows
+    google = datasets.emoji_pairs("unseen", "google", "long", limit=4)
+    assert google.source != pairs.source and google.ids != pairs.ids and google.captions == pairs.captions
+
+
+def test_emoji_labelled_classes_are_the_split_labels():
+    labelled = datasets.emoji_labelled("unseen", "google")
+    concepts = emoji.split_concepts("unseen")
+    assert labelled.classnames == tuple(c.label for c in concepts)
+    assert labelled.labels == tuple(range(len(concepts)))
+    assert all("{c}" in t for t in labelled.templates)
+
+
+def test_fashion_mnist_labelled_takes_the_first_photos_of_each_class():
+    photos = datasets.fashion_mnist_labelled(per_class=3)
+    assert len(photos) == 30 and Counter(photos.labels) == {c: 3 for c in range(10)}
+    assert photos.classnames[0] == "T-shirt/top" and len(photos.classnames) == 10
+    rows = [int(i.split("-")[1]) for i in photos.ids]
+    assert rows == sorted(rows)
+    image = photos.load_image(0)
+    assert image.size == (28, 28) and image.mode == "RGB"
+
+
+# ---------------------------------------------------------------- the full config's path, on local files
+
+@pytest.fixture
+def pair_folder(tmp_path, emoji_concepts):
+    """A dataset folder as the full config expects it: images + train.jsonl (captions in file order)."""
+    folder = tmp_path / "toy-pairs"
+    (folder / "img").mkdir(parents=True)
+    picks = [emoji_concepts[i] for i in (30, 3, 400, 12)]
+    rows = []
+    for n, c in enumerate(picks):
+        name = f"img/{n:02d}-{c.key}.png"
+        shutil.copy(c.images["google"], folder / name)
+        rows.append({"image": name, "caption": f"{c.label} ({n})"})
+    lines = [json.dumps(rows[0]), json.dumps(rows[1]), "", json.dumps(rows[2]), json.dumps(rows[3])]
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return folder, rows, picks
+
+
+def _pairs_manifest(location):
+    return {"name": "toy-pairs", "config": "full", "obtain": OBTAIN, "location": str(location)}
+
+
+def test_jsonl_pairs_reads_rows_in_file_order(manifest_dir, pair_folder):
+    folder, rows, picks = pair_folder
+    manifest = manifest_dir("toy-pairs", _pairs_manifest(folder))
+    pairs = jsonl_pairs("toy-pairs", "train")
+    assert pairs.ids == tuple(r["image"] for r in rows)
+    assert pairs.captions == tuple(r["caption"] for r in rows)
+    assert len(pairs) == 4 and pairs.name == "toy-pairs-train"
+    for i, c in enumerate(picks):
+        assert pairs.load_image(i).tobytes() == Image.open(c.images["google"]).tobytes()
+    assert pairs.source == {"dataset": "toy-pairs", "manifest": hashlib.sha256(manifest.read_bytes()).hexdigest(),
+                            "split": "train"}
+    assert jsonl_pairs("toy-pairs", "train", limit=2).captions == tuple(r["caption"] for r in rows[:2])
+
+
+def test_jsonl_pairs_location_from_environment(manifest_dir, pair_folder, tmp_path, monkeypatch):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(tmp_path / "not-here"))
+    monkeypatch.setenv("TOY_PAIRS_DIR", str(folder))
+    assert jsonl_pairs("toy-pairs", "train").captions == tuple(r["caption"] for r in rows)
+
+
+def test_missing_dataset_says_where_to_get_it_and_where_to_put_it(manifest_dir, tmp_path):
+    missing = tmp_path / "data" / "toy-pairs"
+    manifest_dir("toy-pairs", _pairs_manifest(missing))
+    with pytest.raises(DatasetMissingError) as info:
+        jsonl_pairs("toy-pairs", "train")
+    message = str(info.value)
+    assert str(missing / "train.jsonl") in message
+    assert OBTAIN in message  # where to get it
+    assert f"Put it in {missing}" in message and "TOY_PAIRS_DIR" in message  # where to put it
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_malformed_jsonl_line_names_its_number(manifest_dir, pair_folder):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
+    lines = (folder / "train.jsonl").read_text().splitlines()
+    lines[3] = '{"image": "img/02.png", "caption": '  # line 4 (line 3 is blank)
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4 "):
+        jsonl_pairs("toy-pairs", "train")
+    lines[3] = json.dumps({"image": "img/02.png", "text": "no caption key"})
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4 "):
+        jsonl_pairs("toy-pairs", "train")
+
+
+def test_non_object_jsonl_line_names_its_number(manifest_dir, pair_folder):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
+    lines = (folder / "train.jsonl").read_text().splitlines()
+    lines[1] = json.dumps(["img/01.png", "a caption"])
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 2 "):
+        jsonl_pairs("toy-pairs", "train")
+
+
+def test_non_image_among_pairs_raises_bad_image_naming_the_file(manifest_dir, pair_folder):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
+    (folder / rows[2]["image"]).write_text("this is not a PNG")
+    pairs = jsonl_pairs("toy-pairs", "train")
+    pairs.load_image(1)  # the others still load
+    with pytest.raises(BadImageError) as info:
+        pairs.load_image(2)
+    assert str(folder / rows[2]["image"]) in str(info.value)
+
+
+@pytest.fixture
+def class_folder(tmp_path, emoji_concepts):
+    """One folder per class (manifest order differs from alphabetical order), plus a stray text file."""
+    root = tmp_path / "toy-classes"
+    layout = {"n02": [emoji_concepts[i] for i in (5, 6, 7)], "n01": [emoji_concepts[i] for i in (50, 51)]}
+    for class_dir, concepts in layout.items():
+        (root / class_dir).mkdir(parents=True)
+        for c in concepts:
+            shutil.copy(c.images["twitter"], root / class_dir / f"{c.key}.png")
+    (root / "n02" / "README.txt").write_text("not an image, not an image suffix")
+    return root, layout
+
+
+def _classes_manifest(location):
+    return {"name": "toy-classes", "obtain": OBTAIN, "location": str(location),
+            "class_dirs": ["n02", "n01"], "classes": ["bee", "apple"]}
+
+
+def test_folder_labelled_reads_classes_in_manifest_order(manifest_dir, class_folder):
+    root, layout = class_folder
+    manifest_dir("toy-classes", _classes_manifest(root))
+    labelled = folder_labelled("toy-classes")
+    expected = [(f"{d}/{c.key}.png", label, c) for label, d in enumerate(["n02", "n01"])
+                for c in sorted(layout[d], key=lambda c: f"{c.key}.png")]
+    assert labelled.ids == tuple(e[0] for e in expected)
+    assert labelled.labels == tuple(e[1] for e in expected)
+    assert labelled.classnames == ("bee", "apple")
+    for i, (_, _, c) in enumerate(expected):
+        assert labelled.load_image(i).tobytes() == Image.open(c.images["twitter"]).tobytes()
+    capped = folder_labelled("toy-classes", per_class=1)
+    assert capped.labels == (0, 1) and capped.ids == (expected[0][0], expected[3][0])
+
+
+def test_folder_labelled_bad_image_names_the_file(manifest_dir, class_folder):
+    root, _ = class_folder
+    manifest_dir("toy-classes", _classes_manifest(root))
+    bad = root / "n01" / "zz-broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff not really a jpeg")
+    labelled = folder_labelled("toy-classes")
+    index = labelled.ids.index("n01/zz-broken.jpg")
+    with pytest.raises(BadImageError) as info:
+        labelled.load_image(index)
+    assert str(bad) in str(info.value)
+
+
+def test_folder_labelled_missing_folder(manifest_dir, tmp_path):
+    manifest_dir("toy-classes", _classes_manifest(tmp_path / "nowhere"))
+    with pytest.raises(DatasetMissingError) as info:
+        folder_labelled("toy-classes")
+    assert OBTAIN in str(info.value) and str(tmp_path / "nowhere") in str(info.value)
+
+
+def test_folder_labelled_empty_folder(manifest_dir, tmp_path):
+    (tmp_path / "empty").mkdir()
+    manifest_dir("toy-classes", _classes_manifest(tmp_path / "empty"))
+    with pytest.raises(DatasetMissingError, match="class folders are missing"):
+        folder_labelled("toy-classes")
+
+
+def test_open_image(tmp_path, emoji_concepts):
+    source = emoji_concepts[0].images["google"]
+    image = open_image(source)
+    assert image.size == (64, 64) and image.tobytes() == Image.open(source).tobytes()
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(source.read_bytes()[:300])
+    with pytest.raises(BadImageError, match="truncated.png"):
+        open_image(truncated)
+    assert issubclass(BadImageError, ValueError)
+
+
+def test_folder_labelled_missing_class_folder_is_an_error(manifest_dir, class_folder):
+    root, _ = class_folder
+    manifest = _classes_manifest(root)
+    manifest["class_dirs"].append("n03")
+    manifest["classes"].append("cat")
+    manifest_dir("toy-classes", manifest)
+    with pytest.raises(DatasetMissingError, match="n03"):
+        folder_labelled("toy-classes")
