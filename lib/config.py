@@ -51,6 +51,7 @@ class VisionModelConfig:
 class DataConfig:
     corpus: Literal["emoji", "pairs"]
     captions: Literal["label", "label_tags", "long"] = "label_tags"
+    prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
     train_style: Literal["google", "twitter"] = "google"
     other_style: Literal["google", "twitter"] = "twitter"
     pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)

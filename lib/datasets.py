@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from PIL import Image
 
 from lib import emoji, fashion_mnist, manifests
-from lib.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, PHOTO_TEMPLATES
+from lib.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
 
 SEEN_CLASSES = 381  # seen-concept ceiling: as many classes as the unseen test, drawn from training
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
@@ -79,7 +79,7 @@ def emoji_pairs(split: str, style: str, captions: str, limit: int | None = None)
     )
 
 
-def emoji_labelled(split: str, style: str, limit: int | None = None) -> Labelled:
+def emoji_labelled(split: str, style: str, limit: int | None = None, prompts: str = "sentences") -> Labelled:
     """Zero-shot classification among the concepts of one split: the class name is the CLDR label.
 
     ``limit`` keeps the first N concepts (the seen-concept ceiling needs no 1,300-way test).
@@ -90,20 +90,20 @@ def emoji_labelled(split: str, style: str, limit: int | None = None) -> Labelled
         ids=tuple(f"{c.key}/{style}" for c in concepts),
         labels=tuple(range(len(concepts))),
         classnames=tuple(c.label for c in concepts),
-        templates=tuple(EMOJI_TEMPLATES),
+        templates=tuple(NAME_ONLY if prompts == "name" else EMOJI_TEMPLATES),
         load_image=lambda i, cs=concepts: cs[i].image(style),
         source={"dataset": "emoji", "manifest": manifests.manifest_hash("emoji"), "split": split, "style": style},
     )
 
 
-def fashion_mnist_labelled(per_class: int | None) -> Labelled:
+def fashion_mnist_labelled(per_class: int | None, prompts: str = "sentences") -> Labelled:
     photos = fashion_mnist.load_test(per_class)
     return Labelled(
         name="fashion-mnist",
         ids=photos.ids,
         labels=tuple(int(x) for x in photos.labels),
         classnames=photos.classnames,
-        templates=tuple(PHOTO_TEMPLATES),
+        templates=tuple(NAME_ONLY if prompts == "name" else PHOTO_TEMPLATES),
         load_image=photos.image,
         source={"dataset": "fashion-mnist", "manifest": manifests.manifest_hash("fashion-mnist"), "split": "t10k"},
     )
@@ -194,7 +194,7 @@ def build_benchmark(data) -> Benchmark:
     extra = []
     for name in data.zero_shot:
         if name == "fashion-mnist":
-            extra.append(fashion_mnist_labelled(data.zero_shot_per_class))
+            extra.append(fashion_mnist_labelled(data.zero_shot_per_class, data.prompts))
         else:
             extra.append(folder_labelled(name, data.zero_shot_per_class))
     if data.corpus == "emoji":
@@ -203,8 +203,9 @@ def build_benchmark(data) -> Benchmark:
             train=emoji_pairs("train", style, data.captions, data.limit),
             val=emoji_pairs("val", style, data.captions),
             retrieval=emoji_pairs("unseen", style, data.captions),
-            zero_shot=(emoji_labelled("unseen", style), emoji_labelled("unseen", other),
-                       emoji_labelled("train", style, limit=SEEN_CLASSES), *extra),
+            zero_shot=(emoji_labelled("unseen", style, prompts=data.prompts),
+                       emoji_labelled("unseen", other, prompts=data.prompts),
+                       emoji_labelled("train", style, limit=SEEN_CLASSES, prompts=data.prompts), *extra),
         )
     if not data.pairs_dataset:
         raise manifests.DatasetMissingError("data.pairs_dataset: a `pairs` corpus needs a manifest name")

@@ -20,6 +20,13 @@ import lib  # noqa: F401  (torchvision fix before timm/open_clip)
 from lib import paths
 from lib.models import resolve
 
+try:  # transformers' per-load "Loading weights" bars would clutter every notebook that loads a model
+    from transformers.utils import logging as _hf_logging
+
+    _hf_logging.disable_progress_bar()
+except ImportError:  # pragma: no cover
+    pass
+
 POOLINGS = ("last_token", "mean", "cls")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

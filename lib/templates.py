@@ -18,7 +18,7 @@ Every template is a format string with a ``{c}`` placeholder for the class name.
 """
 from __future__ import annotations
 
-__all__ = ["IMAGENET_TEMPLATES", "IMAGENET_TEMPLATES_7", "PHOTO_TEMPLATES", "EMOJI_TEMPLATES"]
+__all__ = ["IMAGENET_TEMPLATES", "IMAGENET_TEMPLATES_7", "PHOTO_TEMPLATES", "EMOJI_TEMPLATES", "NAME_ONLY"]
 
 IMAGENET_TEMPLATES: list[str] = [
     "a bad photo of a {c}.",
@@ -122,3 +122,10 @@ EMOJI_TEMPLATES: list[str] = [
     "a cartoon of {c}.",
     "{c}.",
 ]
+
+
+# The class name itself as the prompt. Why: a decoder's last-token feature is dominated by the end
+# of the text, so a head trained on bare CLDR names ("grinning face") reads "an emoji of grinning
+# face." - whose last token is "." - as a different kind of text. The ShareLock chapter measures this
+# ("Prompts must look like the training captions").
+NAME_ONLY: list[str] = ["{c}"]

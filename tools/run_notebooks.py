@@ -61,7 +61,7 @@ def run(source: Path, force: bool) -> None:
             return
     notebook = jupytext.read(source)
     notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (frozen-lip)", "language": "python"}
-    partial = notebook_path.with_name(f".{notebook_path.name}.running")
+    partial = notebook_path.with_name(f".{notebook_path.stem}.running.ipynb")
     nbformat.write(notebook, partial)
     start = time.time()
     try:
