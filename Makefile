@@ -31,7 +31,7 @@ book: setup
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup
-	$(PY) -m pytest -q tests notebooks --nbval-lax
+	$(PY) -m pytest -q --durations=12 tests notebooks --nbval-lax
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/*.py

@@ -15,6 +15,8 @@ Layout of one entry, ``root/<key[:2]>/<key>/`` with ``key = spec_key(spec)``::
     shard-00000.npy           rows [0, shard_rows), plain .npy (no pickle), memory-mapped on read
     shard-00000.json          sidecar {index, rows, shape, dtype, sha256, nbytes}
     manifest.json             written last, once every shard exists: the entry is complete
+    locks/entry.lock          empty files that processes ``flock``; never deleted (see "Concurrency")
+    locks/shard-00000.lock
 
 Why it looks like this:
 
@@ -26,12 +28,30 @@ Why it looks like this:
   shard is finished iff its sidecar exists and the ``.npy`` matches it. Hence precompute is
   resumable: finished shards are never recomputed, a shard without a sidecar always is.
 * **Checksums.** Sidecars carry the sha256 of the ``.npy`` file; reads verify it per the store's
-  ``verify`` policy, and :meth:`FeatureStore.repair` deletes exactly the shards that fail.
+  ``verify`` policy. The manifest carries a sha256 of its own content, so an edited or damaged
+  manifest is reported as such (not as a bad shard). :meth:`FeatureStore.repair` deletes exactly the
+  shards that fail, restores a lost sidecar from the manifest, and drops a manifest or ``ids.json``
+  that disagrees with intact shards, so the next :meth:`FeatureStore.get_or_compute` recomputes only
+  what was broken. The manifest holds no timestamp: the same inputs give a bit-identical entry.
 * **Ranks.** With ``world_size`` W, rank r computes shards r, r+W, ... (``torchrun``/``accelerate``),
   so many GPUs need no new code; whichever process finds all shards present writes the manifest.
+* **Concurrency.** Any number of processes may precompute into one entry at once (ranks, or two
+  notebooks started together). A process computes a shard only while it holds that shard's lock
+  (``fcntl.flock`` on ``locks/shard-NNNNN.lock``) and re-checks under the lock that the shard is still
+  unfinished, so no shard is computed twice; it first takes the shards nobody holds and then waits
+  for the others, which are normally finished by then. ``locks/entry.lock`` guards the small files
+  (``spec.json``, ``ids.json``, ``manifest.json``) and :meth:`FeatureStore.repair`. A process holds
+  at most one shard lock, and never asks for the entry lock while holding a shard lock (repair takes
+  the entry lock, then one shard lock at a time), so there is no lock cycle and no deadlock. The
+  kernel drops an flock when its process dies, SIGKILL included: a crash never leaves a stale lock.
+  Temp files of a shard are deleted only under that shard's lock, so a crash's leftovers go and a
+  live writer's do not. A pure cache hit takes no lock (read-only stores work). Without ``fcntl``
+  (Windows) or on a file system that refuses ``flock``, locking is off: use one process per entry.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -39,22 +59,38 @@ import math
 import os
 import secrets
 import threading
-import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" above)
+    fcntl = None
+
 __all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures"]
 
 _DTYPES = ("float16", "float32")
 _VERIFY = ("always", "once", "never")
-_STALE_TMP_S = 3600.0  # a temp file of another rank older than this is a crash leftover
+_META = ("spec.json", "ids.json", "manifest.json")  # small files written under the entry lock
 _verified: set[tuple] = set()  # files whose sha256 this process has checked ("once" policy)
 _verified_lock = threading.Lock()
+_no_flock_warned = False
+
+# Test hook (tests/_precompute_worker.py): when set, called with the name of each step of a write, so a
+# test can SIGKILL the process at exactly that point. Events: "shard_claimed", "shard_computed", and for
+# each file kind K in spec, ids, npy, sidecar, manifest: "K_partial" (half the temp file written),
+# "before_K_rename", "after_K_rename". None in normal use (one `is None` check per event).
+_FAULT_HOOK: Callable[[str], None] | None = None
+
+
+def _fault(event: str) -> None:
+    if _FAULT_HOOK is not None:
+        _FAULT_HOOK(event)
 
 
 class StoreError(RuntimeError):
@@ -64,6 +100,10 @@ class StoreError(RuntimeError):
 def _canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False).encode("ascii")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _check_json(value, path: str) -> None:
@@ -94,17 +134,26 @@ def spec_key(spec: Mapping) -> str:
     if not isinstance(spec, Mapping):
         raise StoreError(f"spec must be a dict of JSON values, got {type(spec).__name__}")
     _check_json(spec, "spec")
-    return hashlib.sha256(_canonical(spec)).hexdigest()
+    return _sha(_canonical(spec))
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write-then-rename: readers see the old file or the whole new one, never a torn write."""
+def _atomic_write(path: Path, data: bytes, kind: str) -> None:
+    """Write-then-rename: readers see the old file or the whole new one, never a torn write.
+
+    ``kind`` names the file in the test hook's events (``{kind}_partial``, ``before_{kind}_rename``, ...).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    view = memoryview(data)
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            f.write(view[:len(view) // 2])
+            if _FAULT_HOOK is not None:
+                f.flush()
+                _fault(f"{kind}_partial")
+            f.write(view[len(view) // 2:])
             f.flush()
             os.fsync(f.fileno())
+        _fault(f"before_{kind}_rename")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -116,6 +165,39 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.close(fd)
     except OSError:
         pass
+    _fault(f"after_{kind}_rename")
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if absent) for the block; yields whether it is held.
+
+    ``blocking=False`` yields False at once if another process (or another open of the file in this
+    process) holds it. Closing the descriptor releases the lock, and so does the death of the process.
+    """
+    global _no_flock_warned
+    if fcntl is None:
+        yield True
+        return
+    path.parent.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            held = True
+        except BlockingIOError:
+            held = False
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            if not _no_flock_warned:
+                _no_flock_warned = True
+                warnings.warn(f"the file system of {path} refuses flock ({e}): the feature store runs without "
+                              "locks, so precompute each entry from one process at a time")
+            held = True
+        yield held
+    finally:
+        os.close(fd)
 
 
 def _file_sha256(path: Path) -> str:
@@ -126,19 +208,70 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise StoreError(f"{what} ({path}) cannot be read ({e}): delete {path} and rerun get_or_compute") from None
-
-
 def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
         read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         shape, _, dtype = read(f)
     return shape, dtype
+
+
+def _repair_hint(entry: Path) -> str:
+    return f"run FeatureStore({str(entry.parents[1])!r}).repair(spec) and rerun get_or_compute"
+
+
+def _manifest_digest(manifest: dict) -> str:
+    """sha256 of the manifest's content without its own checksum field (canonical JSON)."""
+    return _sha(_canonical({k: v for k, v in manifest.items() if k != "manifest_sha256"}))
+
+
+def _check_sidecar(sc, s: int) -> None:
+    """Raise ValueError unless ``sc`` is a well-formed sidecar of shard ``s``."""
+    ok = (isinstance(sc, dict) and sc.get("index") == s and isinstance(sc.get("rows"), list)
+          and len(sc["rows"]) == 2 and all(isinstance(r, int) for r in sc["rows"])
+          and isinstance(sc.get("shape"), list) and len(sc["shape"]) == 2
+          and all(isinstance(d, int) and d >= 0 for d in sc["shape"])
+          and sc["shape"][0] == sc["rows"][1] - sc["rows"][0] and sc.get("dtype") in _DTYPES
+          and isinstance(sc.get("sha256"), str) and isinstance(sc.get("nbytes"), int))
+    if not ok:
+        raise ValueError(f"not a sidecar of shard {s}")
+
+
+def _read_manifest(entry: Path) -> dict:
+    """The entry's manifest, checked (JSON, own checksum, structure); one StoreError naming it otherwise."""
+    path, key = entry / "manifest.json", entry.name
+
+    def fail(problem: str):
+        return StoreError(f"manifest of entry {key} ({path}) {problem}: {_repair_hint(entry)} (intact shards are "
+                          f"reused, not recomputed; deleting {path} does the same)")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise StoreError(f"no complete entry for this spec (key {key}, {entry}): run get_or_compute") from None
+    except (OSError, ValueError) as e:
+        raise fail(f"cannot be read as JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise fail("is not a JSON object")
+    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != _manifest_digest(manifest):
+        raise fail("fails its own sha256 check (edited or damaged)")
+    try:  # manifests written before the checksum existed are checked for structure only
+        if manifest["key"] != key:
+            raise ValueError(f"it names entry {manifest['key']!r}")
+        shards, n, dim = manifest["shards"], manifest["n_rows"], manifest["dim"]
+        if manifest["dtype"] not in _DTYPES or not isinstance(manifest["ids_sha256"], str):
+            raise ValueError("bad dtype or ids_sha256")
+        if not isinstance(manifest["spec"], dict) or not isinstance(shards, list) or not shards:
+            raise ValueError("bad spec or shard list")
+        for s, sc in enumerate(shards):
+            _check_sidecar(sc, s)
+            if sc["shape"][1] != dim or sc["dtype"] != manifest["dtype"]:
+                raise ValueError(f"shard {s} disagrees with the entry's dim or dtype")
+        if shards[0]["rows"][0] != 0 or shards[-1]["rows"][1] != n or any(
+                a["rows"][1] != b["rows"][0] for a, b in zip(shards, shards[1:])):
+            raise ValueError("the shards do not tile the rows")
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise fail(f"is malformed ({type(e).__name__}: {e})") from None
+    return manifest
 
 
 class CachedFeatures:
@@ -188,9 +321,8 @@ def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
     path = entry / f"shard-{i:05d}.npy"
 
     def fail(problem: str):
-        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: run FeatureStore(root).repair(spec) "
-                          f"(or delete {path} and {path.with_suffix('.json')}) and rerun get_or_compute "
-                          "to recompute it")
+        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)} to recompute it "
+                          f"(or delete {path} and {path.with_suffix('.json')} and rerun get_or_compute)")
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -218,6 +350,7 @@ class FeatureStore:
     ``dtype`` is how new shards are stored (float16 halves disk and RAM; overflow is an error,
     never a silent inf). ``verify``: "once" checks a shard's sha256 the first time this process
     opens it, "always" on every open, "never" trusts the sidecar (sizes and shapes are always checked).
+    Several processes may precompute into one entry at once (see "Concurrency" in the module docstring).
     """
 
     def __init__(self, root: str | os.PathLike, *, dtype: str = "float16", shard_rows: int = 4096,
@@ -248,13 +381,53 @@ class FeatureStore:
         return self._load(entry)
 
     def _load(self, entry: Path, computed: int = 0) -> CachedFeatures:
-        manifest = _read_json(entry / "manifest.json", f"manifest of entry {entry.name}")
-        raw = (entry / "ids.json").read_bytes() if (entry / "ids.json").is_file() else b""
-        if hashlib.sha256(raw).hexdigest() != manifest["ids_sha256"]:
-            raise StoreError(f"ids.json of entry {entry.name} ({entry}) does not match its manifest: "
-                             f"delete {entry} and rerun get_or_compute")
+        manifest = _read_manifest(entry)
+        ids_path = entry / "ids.json"
+        raw = ids_path.read_bytes() if ids_path.is_file() else None
+        if raw is None or _sha(raw) != manifest["ids_sha256"]:
+            state = "is missing" if raw is None else "does not match the ids hash in its manifest (damaged)"
+            raise StoreError(f"ids.json of entry {entry.name} ({ids_path}) {state}: {_repair_hint(entry)} with this "
+                             "entry's ids (it rewrites ids.json and recomputes nothing)")
         return CachedFeatures(entry, manifest, json.loads(raw), self.verify,
                               shards_computed=computed, shards_reused=len(manifest["shards"]) - computed)
+
+    @staticmethod
+    def _lock_path(entry: Path, shard: int | None = None) -> Path:
+        return entry / "locks" / ("entry.lock" if shard is None else f"shard-{shard:05d}.lock")
+
+    def _check_ids(self, entry: Path, key: str, ids_raw: bytes) -> None:
+        """ids.json must hold exactly this call's ids; one message saying why not otherwise."""
+        path = entry / "ids.json"
+        raw = path.read_bytes()
+        if raw == ids_raw:
+            return
+        try:
+            vouched = _read_manifest(entry)["ids_sha256"] == _sha(ids_raw)
+        except StoreError:
+            vouched = False
+        if vouched:
+            raise StoreError(f"ids.json of entry {key} ({path}) is damaged: it does not match the ids hash in the "
+                             f"manifest, which this call's ids do: {_repair_hint(entry)}")
+        try:
+            parsed = json.loads(raw)
+            readable = isinstance(parsed, list) and all(isinstance(i, str) for i in parsed)
+        except ValueError:
+            readable = False
+        if not readable:
+            raise StoreError(f"ids.json of entry {key} ({path}) is damaged (not a JSON list of str) and no manifest "
+                             f"says which ids its shards hold: delete {entry} and rerun get_or_compute")
+        raise StoreError(f"entry {key} ({entry}) was built for different ids than this call passes: the ids "
+                         "changed but the spec did not. Put the dataset manifest hash (or a hash of the ids) "
+                         "in the spec so each dataset version gets its own entry, or delete the entry directory")
+
+    def _hit(self, entry: Path, key: str, ids_raw: bytes) -> CachedFeatures:
+        self._check_ids(entry, key, ids_raw)
+        manifest = _read_manifest(entry)
+        if manifest["dtype"] != self.dtype:
+            raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this FeatureStore uses "
+                             f"dtype={self.dtype}: put the dtype in the spec, or use FeatureStore(dtype="
+                             f"{manifest['dtype']!r}) to read it")
+        return self._load(entry)
 
     def get_or_compute(self, spec: Mapping, ids: Sequence[str],
                        compute: Callable[[np.ndarray], np.ndarray | torch.Tensor],
@@ -267,7 +440,8 @@ class FeatureStore:
         only shards ``s % W == rank`` and returns ``None`` while other ranks' shards are missing;
         after a barrier (``torch.distributed.barrier()``, ``accelerator.wait_for_everyone()``) any
         rank gets the complete entry from :meth:`open` or another call. ``progress=None``: a tqdm
-        bar unless the ``CI`` environment variable is set.
+        bar unless the ``CI`` environment variable is set. Safe to call from several processes at
+        once for the same spec: each shard is computed by one of them (module docstring, "Concurrency").
         """
         key = spec_key(spec)
         entry = self.root / key[:2] / key
@@ -278,59 +452,81 @@ class FeatureStore:
             raise StoreError(f"entry {key}: ids must be a non-empty sequence of str (row i belongs to ids[i])")
         ids_raw = _canonical(ids)
         entry.mkdir(parents=True, exist_ok=True)
-        if not (entry / "spec.json").is_file():
-            spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True)
-            _atomic_write(entry / "spec.json", spec_json.encode())
-        if not (entry / "ids.json").is_file():
-            _atomic_write(entry / "ids.json", ids_raw)
-        elif (entry / "ids.json").read_bytes() != ids_raw:
-            raise StoreError(f"entry {key} ({entry}) was built for different ids than this call passes: the ids "
-                             "changed but the spec did not. Put the dataset manifest hash (or a hash of the ids) "
-                             "in the spec so each dataset version gets its own entry, or delete the entry directory")
-        if (entry / "manifest.json").is_file():
-            manifest = _read_json(entry / "manifest.json", f"manifest of entry {key}")
-            if manifest["dtype"] != self.dtype:
-                raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this FeatureStore uses "
-                                 f"dtype={self.dtype}: put the dtype in the spec, or use FeatureStore(dtype="
-                                 f"{manifest['dtype']!r}) to read it")
-            return self._load(entry)
+        if (entry / "manifest.json").is_file() and (entry / "ids.json").is_file():
+            return self._hit(entry, key, ids_raw)  # the common case: no lock, nothing written
+
+        with _flock(self._lock_path(entry)):
+            self._clean_temp(entry, meta=True)
+            if not (entry / "spec.json").is_file():
+                spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True)
+                _atomic_write(entry / "spec.json", spec_json.encode(), "spec")
+            if not (entry / "ids.json").is_file():
+                _atomic_write(entry / "ids.json", ids_raw, "ids")
+            self._check_ids(entry, key, ids_raw)
+            if (entry / "manifest.json").is_file():
+                return self._hit(entry, key, ids_raw)
 
         n_shards = -(-len(ids) // self.shard_rows)
-        mine = [s for s in range(n_shards) if s % world_size == rank]
-        self._clean_temp(entry, mine)
-        todo = [s for s in mine if self._finished(entry, key, s, len(ids)) is None]
+        todo = [s for s in range(rank, n_shards, world_size) if self._finished(entry, key, s, len(ids)) is None]
         show = (not os.environ.get("CI")) if progress is None else progress
-        for s in tqdm(todo, desc=desc or f"features {key[:8]}", unit="shard", disable=not show):
-            self._compute_shard(entry, key, s, len(ids), compute)
+        computed, busy = 0, []
+        with tqdm(total=len(todo), desc=desc or f"features {key[:8]}", unit="shard", disable=not show) as bar:
+            for s in todo:  # first the shards nobody holds ...
+                with _flock(self._lock_path(entry, s), blocking=False) as held:
+                    if not held:
+                        busy.append(s)
+                        continue
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute)
+                bar.update()
+            for s in busy:  # ... then wait for the ones another process was computing (normally finished)
+                with _flock(self._lock_path(entry, s)):
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute)
+                bar.update()
 
-        sidecars = [self._finished(entry, key, s, len(ids)) for s in range(n_shards)]
-        if any(sc is None for sc in sidecars):
-            if world_size > 1:
-                return None  # other ranks still working; see docstring
-            raise StoreError(f"entry {key} ({entry}) is still incomplete after computing every shard: another "
-                             "process is deleting shards; rerun get_or_compute")
-        dims = {sc["shape"][1] for sc in sidecars}
-        if len(dims) != 1:
-            raise StoreError(f"shards of entry {key} ({entry}) disagree on the feature dim {sorted(dims)}: "
-                             f"delete {entry} and rerun get_or_compute")
-        manifest = {"key": key, "spec": json.loads(_canonical(spec)), "n_rows": len(ids), "dim": dims.pop(),
-                    "dtype": self.dtype, "shard_rows": self.shard_rows, "shards": sidecars,
-                    "ids_sha256": hashlib.sha256(ids_raw).hexdigest(),
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode())
-        return self._load(entry, computed=len(todo))
+        with _flock(self._lock_path(entry)):
+            if (entry / "manifest.json").is_file():  # another process completed the entry meanwhile
+                return self._load(entry, computed)
+            sidecars = [self._finished(entry, key, s, len(ids)) for s in range(n_shards)]
+            if any(sc is None for sc in sidecars):
+                if world_size > 1:
+                    return None  # other ranks still working; see docstring
+                raise StoreError(f"entry {key} ({entry}) is still incomplete after computing every shard: another "
+                                 "process is deleting shards; rerun get_or_compute")
+            dims = {sc["shape"][1] for sc in sidecars}
+            if len(dims) != 1:
+                raise StoreError(f"shards of entry {key} ({entry}) disagree on the feature dim {sorted(dims)}: "
+                                 f"delete {entry} and rerun get_or_compute")
+            self._clean_temp(entry, meta=True, idle_shards=True)
+            manifest = {"key": key, "spec": json.loads(_canonical(spec)), "n_rows": len(ids), "dim": dims.pop(),
+                        "dtype": self.dtype, "shard_rows": self.shard_rows, "shards": sidecars,
+                        "ids_sha256": _sha(ids_raw)}
+            manifest["manifest_sha256"] = _manifest_digest(manifest)
+            _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode(), "manifest")
+        return self._load(entry, computed)
+
+    def _claimed_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable) -> int:
+        """With shard ``s``'s lock held: clear its temp files, compute it unless finished meanwhile."""
+        _fault("shard_claimed")
+        self._clean_temp(entry, shard=s)
+        if self._finished(entry, key, s, n, warn=False) is not None:
+            return 0  # another process finished it while we waited
+        self._compute_shard(entry, key, s, n, compute)
+        return 1
 
     def _rows(self, s: int, n: int) -> list[int]:
         return [s * self.shard_rows, min((s + 1) * self.shard_rows, n)]
 
-    def _finished(self, entry: Path, key: str, s: int, n: int) -> dict | None:
+    def _finished(self, entry: Path, key: str, s: int, n: int, warn: bool = True) -> dict | None:
         """The sidecar of shard ``s`` if the shard is finished, else None (cheap: no hashing)."""
         side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
         if not side.is_file():
             return None
         try:
-            sc = json.loads(side.read_text())
-        except ValueError:  # cannot happen via _atomic_write; treat as never written
+            sc = json.loads(side.read_bytes())
+            _check_sidecar(sc, s)
+        except (OSError, ValueError):  # cannot happen via _atomic_write: damage after the fact
+            if warn:
+                warnings.warn(f"sidecar of shard {s} of entry {key} ({side}) is unreadable; recomputing the shard")
             return None
         if sc["rows"] != self._rows(s, n) or sc["dtype"] != self.dtype:
             raise StoreError(f"shard {s} of entry {key} ({side}) holds rows {sc['rows']} as {sc['dtype']}, but this "
@@ -342,7 +538,8 @@ class FeatureStore:
         except (OSError, ValueError):
             ok = False
         if not ok:
-            warnings.warn(f"shard {s} of entry {key} ({npy}) does not match its sidecar; recomputing it")
+            if warn:
+                warnings.warn(f"shard {s} of entry {key} ({npy}) does not match its sidecar; recomputing it")
             return None
         return sc
 
@@ -372,58 +569,99 @@ class FeatureStore:
         if not np.isfinite(y).all():
             raise StoreError(f"features overflow {self.dtype} in entry {key} (shard {s}, max |x| = "
                              f"{np.abs(x).max():.3g}): use FeatureStore(dtype='float32') and put the dtype in the spec")
+        _fault("shard_computed")
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(y), allow_pickle=False)
         data = buf.getvalue()
-        _atomic_write(entry / f"shard-{s:05d}.npy", data)  # the data first ...
+        _atomic_write(entry / f"shard-{s:05d}.npy", data, "npy")  # the data first ...
         sidecar = {"index": s, "rows": [start, stop], "shape": list(y.shape), "dtype": self.dtype,
-                   "sha256": hashlib.sha256(data).hexdigest(), "nbytes": len(data)}
-        _atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode())  # ... then its sidecar
+                   "sha256": _sha(data), "nbytes": len(data)}
+        _atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode(), "sidecar")  # ... then its sidecar
 
-    def _clean_temp(self, entry: Path, shards: Sequence[int] | None) -> None:
-        """Delete crash leftovers: temp files of our own shards, and any other temp file once stale.
+    def _clean_temp(self, entry: Path, *, shard: int | None = None, meta: bool = False,
+                    idle_shards: bool = False) -> None:
+        """Delete crash leftovers, each only under the lock that its writer would hold.
 
-        Temp files of other ranks' shards may be in flight right now, so they are left alone.
-        ``shards=None`` (repair, an offline operation) deletes every temp file.
+        ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
+        ids.json, manifest.json (caller holds the entry lock). ``idle_shards``: temp files of any shard
+        whose lock is free right now (a live writer holds its shard's lock, so its files stay).
         """
-        prefixes = None if shards is None else tuple(f".shard-{s:05d}." for s in shards)
-        now = time.time()
-        for tmp in entry.glob(".*.tmp"):
-            try:
-                if prefixes is None or tmp.name.startswith(prefixes) or now - tmp.stat().st_mtime > _STALE_TMP_S:
-                    tmp.unlink()
-            except FileNotFoundError:
-                pass
+        prefixes = [f".shard-{shard:05d}."] if shard is not None else []
+        prefixes += [f".{name}." for name in _META] if meta else []
+        for tmp in sorted(entry.glob(".*.tmp")):
+            name = tmp.name
+            if not name.startswith(tuple(prefixes)):
+                if not (idle_shards and name.startswith(".shard-") and name[7:12].isdigit()):
+                    continue
+                with _flock(self._lock_path(entry, int(name[7:12])), blocking=False) as held:
+                    if held:
+                        tmp.unlink(missing_ok=True)
+                continue
+            tmp.unlink(missing_ok=True)
 
     def repair(self, spec: Mapping) -> list[int]:
-        """Delete every shard that fails verification (full sha256) and return their indices.
+        """Make the entry consistent again; return the indices of the shards it deleted.
 
-        The manifest goes too if anything was deleted, so the next :meth:`get_or_compute`
-        recomputes exactly those shards. Run it while no process is writing to this entry.
+        Every shard is checked in full (sha256) against its sidecar, or against the manifest's copy
+        when the sidecar is lost or damaged (then the sidecar is restored). A shard that matches
+        neither is deleted, so the next :meth:`get_or_compute` recomputes exactly those shards. A
+        manifest that is damaged or disagrees with intact shards is deleted (the next call rebuilds it
+        without recomputing anything), and so is an ``ids.json`` that disagrees with an intact
+        manifest (the next call rewrites it). Crash leftovers (temp files) go too. Safe while other
+        processes precompute into the entry: it takes the entry lock, then each shard's lock in turn.
         """
         entry = self.entry_dir(spec)
         if not entry.is_dir():
             raise StoreError(f"no entry for this spec (key {entry.name}) under {self.root}: nothing to repair")
-        self._clean_temp(entry, None)
-        manifest, listed = entry / "manifest.json", {}
-        if manifest.is_file():
-            try:
-                listed = {sc["index"]: sc for sc in json.loads(manifest.read_text())["shards"]}
-            except (ValueError, KeyError, TypeError):
-                manifest.unlink()  # unreadable: rebuilt from the sidecars by the next get_or_compute
-        found = {int(p.name[6:11]) for p in entry.glob("shard-?????.*")}
-        bad = []
-        for s in sorted(found | set(listed)):
-            side = entry / f"shard-{s:05d}.json"
-            try:
-                sc = json.loads(side.read_text())
-                _open_shard(entry, entry.name, sc, "always")
-                if s in listed and listed[s] != sc:
-                    raise StoreError("sidecar differs from manifest")
-            except (OSError, ValueError, KeyError, StoreError):
-                bad.append(s)
-                for p in (side, entry / f"shard-{s:05d}.npy"):
-                    p.unlink(missing_ok=True)
-        if bad:
-            manifest.unlink(missing_ok=True)
+        key = entry.name
+        with _flock(self._lock_path(entry)):
+            self._clean_temp(entry, meta=True)
+            spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True).encode()
+            spec_path = entry / "spec.json"
+            if spec_path.is_file() and spec_path.read_bytes() != spec_json:
+                _atomic_write(spec_path, spec_json, "spec")
+            manifest_path, manifest, listed, drop_manifest = entry / "manifest.json", None, {}, False
+            if manifest_path.is_file():
+                try:
+                    manifest = _read_manifest(entry)
+                    listed = {sc["index"]: sc for sc in manifest["shards"]}
+                except StoreError:
+                    drop_manifest = True
+            found = {int(p.name[6:11]) for p in entry.glob("shard-?????.*") if p.name[6:11].isdigit()}
+            temps = {int(p.name[7:12]) for p in entry.glob(".shard-?????.*.tmp") if p.name[7:12].isdigit()}
+            bad = []
+            for s in sorted(found | set(listed) | temps):
+                with _flock(self._lock_path(entry, s)):
+                    self._clean_temp(entry, shard=s)
+                    if s not in found and s not in listed:
+                        continue
+                    side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
+                    try:
+                        sidecar = json.loads(side.read_bytes())
+                    except (OSError, ValueError):
+                        sidecar = None
+                    good = None
+                    for record in (sidecar, listed.get(s)):
+                        if good is None and record is not None:
+                            try:
+                                _check_sidecar(record, s)
+                                _open_shard(entry, key, record, "always")
+                                good = record
+                            except (ValueError, StoreError):
+                                pass
+                    if good is None:
+                        bad.append(s)
+                        for p in (side, npy):
+                            p.unlink(missing_ok=True)
+                        continue
+                    if sidecar != good:  # lost or damaged, but the manifest's copy matches the data
+                        _atomic_write(side, json.dumps(good).encode(), "sidecar")
+                    if s in listed and listed[s] != good:
+                        drop_manifest = True
+            ids_path = entry / "ids.json"
+            if manifest is not None and not drop_manifest and not bad and ids_path.is_file() and \
+                    _sha(ids_path.read_bytes()) != manifest["ids_sha256"]:
+                ids_path.unlink()  # the manifest vouches for the ids: get_or_compute rewrites the file
+            if bad or drop_manifest:
+                manifest_path.unlink(missing_ok=True)
         return bad

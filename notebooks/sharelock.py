@@ -328,6 +328,30 @@ for key in ("image_retrieval_recall@1", "text_retrieval_recall@1", "image_retrie
     findings[f"retrieval/{key}"] = mean_of(text_main.name, vision_main.name, metric=f"{bench.retrieval.name}/{key}")
 pd.Series(findings).mul(100).round(1).to_frame("% (main pair, mean over seeds)")
 
+# %%
+def verdict(name_a, a, name_b, b):
+    spread = results[(results["head"] == "mlp") & (results["control"] == "")][f"{headline}/acc1"].groupby(
+        [results["text"], results["vision"]]).std().max()
+    if pd.isna(spread) or pd.isna(a) or pd.isna(b):
+        return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} % (one seed or one run: no spread to judge by)"
+    if abs(a - b) <= 2 * spread:
+        return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} %: within twice the largest seed spread ({100 * spread:.1f} points), no clear winner"
+    winner = name_a if a > b else name_b
+    return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} %: {winner} is ahead"
+
+
+text_names = [t.name.split("/")[-1] for t in cfg.text]
+vision_names = [v.name.split("/")[-1] for v in cfg.vision]
+lines = [
+    verdict("ShareLock MLP head", findings["sharelock_unseen_acc1"], "linear head", findings["linear_unseen_acc1"]),
+    f"shuffled-caption control {100 * findings['shuffled_unseen_acc1']:.1f} % (chance {100 * findings['chance_unseen']:.1f} %)",
+]
+if len(text_names) > 1:
+    lines.append(verdict(text_names[0], findings[f"text/{text_names[0]}"], text_names[1], findings[f"text/{text_names[1]}"]))
+if len(vision_names) > 1:
+    lines.append(verdict(vision_names[0], findings[f"vision/{vision_names[0]}"], vision_names[1], findings[f"vision/{vision_names[1]}"]))
+print("\n".join(lines))
+
 # %% [markdown]
 # Reading the table (the numbers are computed above; the prose only points at them):
 #
