@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from lib.checksums import file_sha256
 from lib.paths import REPO_ROOT, cache_root
 
 MANIFEST_DIR = REPO_ROOT / "data_manifests"
@@ -53,14 +54,6 @@ def location(name: str) -> Path:
     if folder.parts[:2] == (".cache", "assets"):
         return cache_root().joinpath("assets", *folder.parts[2:])
     return REPO_ROOT / folder
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 _VERIFIED: set[tuple[str, int, int]] = set()

