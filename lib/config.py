@@ -8,6 +8,8 @@ See ``notebooks/sharelock.py``, section "Configuration".
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -157,14 +159,15 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return value
         raise bad
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML reads 1e-3 as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise bad from None
-        raise bad
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise bad
+        try:  # YAML reads 1e-3 (no dot) as a string; a huge integer overflows
+            number = float(value)
+        except (ValueError, OverflowError):
+            raise bad from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: {value!r} is not allowed; expected a finite number")
+        return number
     if tp is str:
         if isinstance(value, str) and value:
             return value
@@ -178,7 +181,7 @@ def build(schema: type, data: Any, where: str = "config"):
         raise ConfigError(f"{where}: expected {_describe(schema)}, got {data!r}")
     hints = typing.get_type_hints(schema)
     names = {f.name for f in dataclasses.fields(schema)}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(str(key) for key in set(data) - names)
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: unknown field; allowed fields are {', '.join(sorted(names))}")
     values = {}
@@ -215,6 +218,18 @@ def _check_positive(instance: Any, where: str) -> None:
     micro, batch = getattr(instance, "micro_batch_size", None), getattr(instance, "batch_size", None)
     if isinstance(micro, int) and isinstance(batch, int) and micro > batch:
         raise ConfigError(f"{where}.micro_batch_size: {micro!r} is not allowed; expected at most batch_size ({batch})")
+    for name in ("weight_decay", "crop_pct"):
+        value = getattr(instance, name, None)
+        if isinstance(value, float) and (value < 0 or (name == "crop_pct" and not 0 < value <= 1)):
+            allowed = "a number in (0, 1]" if name == "crop_pct" else "a number >= 0"
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected {allowed}")
+    for name in ("seeds", "text", "vision"):
+        value = getattr(instance, name, None)
+        if isinstance(value, tuple) and not value:
+            raise ConfigError(f"{where}.{name}: [] is not allowed; expected at least one entry")
+    device = getattr(instance, "device", None)
+    if isinstance(device, str) and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise ConfigError(f"{where}.device: {device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'mps'")
     dropout = getattr(instance, "dropout", None)
     if isinstance(dropout, float) and not 0 <= dropout < 1:
         raise ConfigError(f"{where}.dropout: {dropout!r} is not allowed; expected a number in [0, 1)")

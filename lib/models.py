@@ -203,6 +203,12 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
             return ResolvedModel(name, str(folder / facts["source_file"]), library, identity, EFFICIENTNET_LITE0_ARCH)
         return ResolvedModel(name, str(folder), library, identity)
     local = Path(name).expanduser()
+    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    if looks_local and not local.exists():
+        raise ModelNotFoundError(
+            f"model folder {local} does not exist: check the path in the config "
+            "(a hub id has the form owner/name; a local path must point to a folder or file)"
+        )
     if local.exists():
         if local.is_dir():
             weights = sorted(p for p in local.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
