@@ -67,6 +67,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lib.checksums import file_sha256
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" above)
@@ -200,14 +202,6 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
@@ -331,7 +325,7 @@ def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
         raise fail(f"has {st.st_size} bytes, its sidecar says {sc['nbytes']} (truncated or overwritten)")
     stamp = (str(path), sc["sha256"], st.st_ino, st.st_size, st.st_mtime_ns)
     if verify == "always" or (verify == "once" and stamp not in _verified):
-        if _file_sha256(path) != sc["sha256"]:
+        if file_sha256(path) != sc["sha256"]:
             raise fail("fails its sha256 check")
         with _verified_lock:
             _verified.add(stamp)
