@@ -103,3 +103,9 @@ def test_sharelock_second_run_computes_no_feature(sharelock_run):
     rerun = json.loads((out / "metrics.json").read_text())
     assert rerun["feature_shards_computed"] == 0
     assert rerun["feature_shards_reused"] > 0
+    # Reproducibility: the main pair at the first seed gives bit-identical metrics in both runs
+    # (everything but the wall-clock time), and each result records the library versions.
+    first, second = dict(sharelock_run["runs"][0]), dict(rerun["runs"][0])
+    first.pop("train_s"), second.pop("train_s")
+    assert first == second
+    assert set(rerun["versions"]) == {"torch", "transformers", "timm", "open_clip"}
