@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lib import manifests, viterb, wordnet
+from lib.checksums import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ("awa2", "cub", "fgvc-aircraft", "imagenet-plus")
@@ -19,7 +20,7 @@ FULL = ("awa2", "cub", "fgvc-aircraft", "imagenet-plus")
 def test_fashion_split_is_seeded_disjoint_and_checksummed():
     split = viterb.load_split_file("fashion-mnist")  # raises if the file does not match the manifest's sha256
     entry = manifests.load("fashion-mnist")["splits"]
-    assert viterb.sha256_file(ROOT / entry["file"]) == entry["sha256"]
+    assert file_sha256(ROOT / entry["file"]) == entry["sha256"]
     classes = manifests.load("fashion-mnist")["classes"]
     assert not set(split["seen"]) & set(split["unseen"])
     assert sorted(split["seen"] + split["unseen"]) == sorted(classes)
@@ -31,7 +32,7 @@ def test_fashion_split_is_seeded_disjoint_and_checksummed():
 
 def test_emoji_split_is_disjoint_and_checksummed():
     definition = yaml.safe_load((ROOT / "data_manifests" / "viterb.yaml").read_text())["small"]["emoji"]
-    assert viterb.sha256_file(ROOT / definition["file"]) == definition["sha256"]
+    assert file_sha256(ROOT / definition["file"]) == definition["sha256"]
     keys = {split: {c.key for c in viterb.emoji_split(split)} for split in ("train", "val", "unseen")}
     assert {split: len(k) for split, k in keys.items()} == {s: definition["subset"][s] for s in keys}
     assert not keys["train"] & keys["unseen"] and not keys["val"] & keys["unseen"] and not keys["train"] & keys["val"]
@@ -113,7 +114,7 @@ def test_generated_texts_match_their_manifest():
     assert names == {f"{d}-{k}.json" for d in viterb.SMALL_DATASETS for k in viterb.GENERATED_KINDS}
     for entry in manifest["files"]:
         path = viterb.CLASS_TEXT_DIR / entry["file"]
-        assert viterb.sha256_file(path) == entry["sha256"], f"{path} was changed after generation"
+        assert file_sha256(path) == entry["sha256"], f"{path} was changed after generation"
         record = viterb.load_class_texts(entry["dataset"], entry["kind"])
         assert record["prompt"] == viterb.PROMPTS[entry["kind"]]
         assert record["model"]["name"] == "offline/smollm2-135m-instruct"
