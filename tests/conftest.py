@@ -124,3 +124,26 @@ def manifest_dir(tmp_path, monkeypatch):
 
     yield write
     manifests.load.cache_clear()  # the real manifests are read again by later tests
+
+
+def run_chapter(name: str, out, **parameters) -> dict:
+    """Execute ``notebooks/<name>.py`` with papermill into ``out`` (small config) and return its metrics.
+
+    The chapter writes ``metrics.json`` into ``output_dir``; the kernel is the book's (``frozen-lip``)
+    and the working directory the repository root, as ``make book`` runs it.
+    """
+    import json
+    from pathlib import Path
+
+    import jupytext
+    import papermill
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(root / "notebooks" / f"{name}.py"), out / f"{name}.ipynb")
+    papermill.execute_notebook(
+        str(out / f"{name}.ipynb"), str(out / "executed.ipynb"), parameters={"output_dir": str(out), **parameters},
+        kernel_name="frozen-lip", cwd=str(root), progress_bar=False,
+    )
+    return json.loads((out / "metrics.json").read_text())

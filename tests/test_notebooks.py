@@ -7,12 +7,12 @@ feature) and against the values recorded when this test was written, within stat
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import jupytext
 import pytest
+from conftest import run_chapter
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
@@ -50,17 +50,7 @@ def test_notebook_has_papermill_parameters_with_small_default(source):
 
 @pytest.fixture(scope="module")
 def sharelock_run(tmp_path_factory):
-    import papermill
-
-    out = tmp_path_factory.mktemp("sharelock")
-    notebook = jupytext.read(ROOT / "notebooks" / "sharelock.py")
-    source = out / "sharelock.ipynb"
-    jupytext.write(notebook, source)
-    papermill.execute_notebook(
-        str(source), str(out / "executed.ipynb"), parameters={"output_dir": str(out)},
-        kernel_name="frozen-lip", cwd=str(ROOT), progress_bar=False,
-    )
-    return json.loads((out / "metrics.json").read_text())
+    return run_chapter("sharelock", tmp_path_factory.mktemp("sharelock"))
 
 
 @pytest.mark.slow
@@ -90,17 +80,7 @@ def test_sharelock_small_config_metrics(sharelock_run):
 def test_sharelock_second_run_computes_no_feature(sharelock_run):
     # The module fixture ran after (at least) one earlier run in this checkout or in this session's
     # nbval pass; either way its features must all come from the store on a rerun.
-    import papermill
-
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / "sharelock-rerun"
-    out.mkdir(parents=True, exist_ok=True)
-    notebook = jupytext.read(ROOT / "notebooks" / "sharelock.py")
-    jupytext.write(notebook, out / "sharelock.ipynb")
-    papermill.execute_notebook(
-        str(out / "sharelock.ipynb"), str(out / "executed.ipynb"),
-        parameters={"output_dir": str(out), "quick": True}, kernel_name="frozen-lip", cwd=str(ROOT), progress_bar=False,
-    )
-    rerun = json.loads((out / "metrics.json").read_text())
+    rerun = run_chapter("sharelock", Path(os.environ.get("TMPDIR", "/tmp")) / "sharelock-rerun", quick=True)
     assert rerun["feature_shards_computed"] == 0
     assert rerun["feature_shards_reused"] > 0
     # Reproducibility: the main pair at the first seed gives bit-identical metrics in both runs

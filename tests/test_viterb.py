@@ -6,9 +6,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-import jupytext
 import pytest
 import yaml
+from conftest import run_chapter
 
 from lib import manifests, viterb, wordnet
 from lib.checksums import file_sha256
@@ -131,16 +131,7 @@ def test_text_sources_have_distinct_store_keys():
 
 @pytest.fixture(scope="module")
 def viterb_run(tmp_path_factory):
-    import papermill
-
-    out = tmp_path_factory.mktemp("viterb")
-    source = out / "viterb.ipynb"
-    jupytext.write(jupytext.read(ROOT / "notebooks" / "viterb.py"), source)
-    papermill.execute_notebook(
-        str(source), str(out / "executed.ipynb"), parameters={"output_dir": str(out)},
-        kernel_name="frozen-lip", cwd=str(ROOT), progress_bar=False,
-    )
-    return json.loads((out / "metrics.json").read_text())
+    return run_chapter("viterb", tmp_path_factory.mktemp("viterb"))
 
 
 @pytest.mark.slow
