@@ -4,7 +4,8 @@
 #                     (tools/setup.sh; idempotent, < 1 s when everything is present)
 #   make book         setup, run every notebook in the small config (papermill, in place, skipped
 #                     when nothing changed), then build the book into _build/html
-#   make test         setup, then pytest (unit tests, notebook runs, nbval)
+#   make test         setup, then pytest: nbval runs the committed notebooks first (computing every
+#                     feature into the store), then the unit tests and the papermill runs reuse them
 #   make sync         re-pair notebooks/*.py (py:percent, the source) with their .ipynb (jupytext)
 #   make clean-cache  drop the cached-feature store (features are recomputed on the next run)
 
@@ -31,7 +32,7 @@ book: setup
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup
-	$(PY) -m pytest -q --durations=12 tests notebooks --nbval-lax
+	$(PY) -m pytest -q --durations=12 notebooks --nbval-lax tests
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/*.py

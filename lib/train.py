@@ -262,7 +262,10 @@ def fit(
     if not params:
         raise ValueError(f"{type(method).__name__} has no trainable parameters")
     opt_cls = torch.optim.Adam if config.optimizer == "adam" else torch.optim.AdamW
-    optimizer = opt_cls(params, lr=config.lr, weight_decay=config.weight_decay)
+    # A method may say which parameters decay (FDT: the codebook and matrices, not norms or biases,
+    # as its official code); otherwise every trainable parameter gets ``weight_decay``.
+    groups = method.param_groups(config.weight_decay) if callable(getattr(method, "param_groups", None)) else params
+    optimizer = opt_cls(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: cosine_with_warmup(s, config.warmup_steps, config.steps)
     )

@@ -17,8 +17,9 @@ from conftest import run_chapter
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
 
-# Recorded from the committed small-config run (mean over seeds 0, 1, 2); tolerances are wide enough
-# for thread-count and platform noise, narrow enough to catch a broken pipeline.
+# Recorded from the committed small-config run (mean over seeds 0, 1, 2; the test runs seed 0); the
+# tolerances are wide enough for seed, thread-count and platform noise, narrow enough to catch a
+# broken pipeline.
 RECORDED = {
     "sharelock_unseen_acc1": (0.139, 0.05),  # Gemma 3 270M + EfficientNet-Lite0, MLP head
     "linear_unseen_acc1": (0.146, 0.05),
@@ -50,7 +51,9 @@ def test_notebook_has_papermill_parameters_with_small_default(source):
 
 @pytest.fixture(scope="module")
 def sharelock_run(tmp_path_factory):
-    return run_chapter("sharelock", tmp_path_factory.mktemp("sharelock"))
+    # Seed 0 only: `make test` runs nbval on the committed notebook first (all seeds, computing every
+    # feature), so this run reads its features from the store and only trains.
+    return run_chapter("sharelock", tmp_path_factory.mktemp("sharelock"), seeds=[0])
 
 
 @pytest.mark.slow

@@ -1,0 +1,197 @@
+"""Tests of lib.fdt against independent formulas: masking, the official multiply-by-zero padding, the
+embedding, the loss, gradients, and that both heads train with lib.train.fit."""
+from __future__ import annotations
+
+import math
+
+import entmax
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lib.fdt import (OFFICIAL, PAPER, FDTHead, PooledHead, codebook_usage, embed_sequences, make_projector,
+                     masked_mean, relevance)
+from lib.sequences import pad_batch
+from lib.train import TrainConfig, fit
+
+DI, DT, K, D = 12, 10, 32, 8
+
+
+def _batch(seed=0, b=4):
+    g = torch.Generator().manual_seed(seed)
+    image = torch.randn(b, 5, DI, generator=g)
+    lengths = [3, 6, 1, 4][:b]
+    text, text_mask = pad_batch([torch.randn(n, DT, generator=g) for n in lengths])
+    return {"image": image, "text": text, "text_mask": text_mask}
+
+
+def _head(**kw):
+    torch.manual_seed(0)
+    return FDTHead(DI, DT, num_codes=K, code_dim=D, **kw)
+
+
+@pytest.mark.parametrize("projector", ["fc_gelu", "ln_mlp"])
+def test_shapes_and_normalisation(projector):
+    head, batch = _head(projector=projector), _batch()
+    img = head.encode_image(batch["image"])
+    txt = head.encode_text(batch["text"], batch["text_mask"])
+    assert img.shape == (4, D) and txt.shape == (4, D)
+    torch.testing.assert_close(txt.norm(dim=-1), torch.ones(4))
+    codes = head.codes("text", batch["text"], batch["text_mask"])
+    assert codes.weights.shape == codes.relevance.shape == codes.argmax.shape == (4, K)
+    torch.testing.assert_close(codes.weights.sum(-1), torch.ones(4))
+    assert codebook_usage(codes.weights).shape == (K,) and codes.active().shape == (4,)
+
+
+def test_projectors_are_the_named_architectures():
+    paper = make_projector("fc_gelu", DI, D)
+    assert [type(m) for m in paper] == [torch.nn.Linear, torch.nn.GELU]
+    code = make_projector("ln_mlp", DI, D)
+    assert [type(m) for m in code] == [torch.nn.LayerNorm, torch.nn.Linear, torch.nn.GELU, torch.nn.LayerNorm,
+                                       torch.nn.Linear]
+    with pytest.raises(ValueError, match="projector"):
+        make_projector("mlp", DI, D)
+
+
+@pytest.mark.parametrize("weighting", ["sparsemax", "softmax"])
+def test_masking_ignores_padding(weighting):
+    head, batch = _head(weighting=weighting), _batch()
+    before = head.codes("text", batch["text"], batch["text_mask"])
+    noisy = batch["text"].clone()
+    noisy[~batch["text_mask"]] = 1e3 * torch.randn(int((~batch["text_mask"]).sum()), DT)
+    after = head.codes("text", noisy, batch["text_mask"])
+    torch.testing.assert_close(after.embedding, before.embedding)
+    torch.testing.assert_close(after.weights, before.weights)
+    assert torch.equal(after.argmax, before.argmax)
+    # ... and equals encoding each caption alone, without any padding.
+    for b, n in enumerate(batch["text_mask"].sum(1).tolist()):
+        alone = head.encode_text(batch["text"][b : b + 1, :n])
+        torch.testing.assert_close(alone[0], before.embedding[b])
+    assert (before.argmax < batch["text_mask"].sum(1, keepdim=True)).all()  # never a padded token
+
+
+def test_multiply_by_zero_padding_is_a_max_with_zero_on_padded_rows():
+    masked, zero = _head(padding="mask"), _head(padding="zero")
+    batch = _batch()
+    r_mask = masked.codes("text", batch["text"], batch["text_mask"]).relevance
+    r_zero = zero.codes("text", batch["text"], batch["text_mask"]).relevance
+    padded = (~batch["text_mask"]).any(dim=1)
+    assert padded.any() and (~padded).any()
+    torch.testing.assert_close(r_zero[padded], r_mask[padded].clamp_min(0))  # padding adds a logit of 0 to the max
+    torch.testing.assert_close(r_zero[~padded], r_mask[~padded])  # rows without padding: identical
+    assert (r_mask[padded] < 0).any()  # so the difference is real in this batch
+    # changing padded *values* still has no effect (they are multiplied by 0)
+    noisy = batch["text"].clone()
+    noisy[~batch["text_mask"]] = 7.0
+    torch.testing.assert_close(zero.codes("text", noisy, batch["text_mask"]).relevance, r_zero)
+
+
+def test_relevance_and_embedding_reference_formula():
+    head, batch = _head(projector="ln_mlp", scaled_dot=True, temperature=3.0), _batch()
+    seq, mask = batch["text"], batch["text_mask"]
+    q = head.text_projector(seq)
+    C = head.codebook
+    expected_r = torch.empty(4, K)
+    expected_idx = torch.empty(4, K, dtype=torch.long)
+    for b in range(4):
+        n = int(mask[b].sum())
+        for i in range(K):
+            dots = torch.stack([q[b, j] @ C[i] for j in range(n)]) / math.sqrt(D) / 3.0
+            expected_r[b, i], expected_idx[b, i] = dots.max(), dots.argmax()
+    codes = head.codes("text", seq, mask)
+    torch.testing.assert_close(codes.relevance, expected_r)
+    assert torch.equal(codes.argmax, expected_idx)
+    w = entmax.sparsemax(expected_r, dim=-1)
+    torch.testing.assert_close(codes.weights, w)
+    emb = w @ C
+    torch.testing.assert_close(codes.embedding, emb / emb.norm(dim=-1, keepdim=True))
+    soft = _head(weighting="softmax", temperature=2.0)
+    r = relevance(soft.text_projector(seq), soft.codebook, mask, scale=0.5)[0]
+    torch.testing.assert_close(soft.codes("text", seq, mask).weights, torch.softmax(r, dim=-1))
+
+
+def test_loss_equals_independent_infonce_and_scale_is_clamped():
+    head, batch = _head(), _batch()
+    img = head.encode_image(batch["image"])
+    txt = head.encode_text(batch["text"], batch["text_mask"])
+    logits = (1 / 0.07) * img @ txt.T
+    n = len(logits)
+    li = -torch.stack([logits[i].log_softmax(0)[i] for i in range(n)]).mean()
+    lt = -torch.stack([logits.T[i].log_softmax(0)[i] for i in range(n)]).mean()
+    torch.testing.assert_close(head.loss(batch), (li + lt) / 2)
+    with torch.no_grad():
+        head.criterion.log_scale.fill_(10.0)
+    assert float(head.criterion.scale.detach()) == pytest.approx(100.0)
+
+
+def test_gradients_reach_codebook_projectors_and_scale():
+    head = _head(projector="ln_mlp")
+    head.loss(_batch()).backward()
+    for name, p in head.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert head.codebook.grad.abs().sum() > 0
+    assert head.image_projector[1].weight.grad.abs().sum() > 0 and head.text_projector[4].weight.grad.abs().sum() > 0
+    assert head.criterion.log_scale.grad != 0
+
+
+def test_param_groups_decay_matrices_only():
+    head = _head(projector="ln_mlp")
+    decay, no_decay = head.param_groups(0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert any(p is head.codebook for p in decay["params"])
+    assert any(p is head.criterion.log_scale for p in no_decay["params"])
+    assert all(p.ndim < 2 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(head.parameters()))
+
+
+def test_presets_and_bad_inputs():
+    assert OFFICIAL["padding"] == "zero" and OFFICIAL["temperature"] == 1000.0 and PAPER["padding"] == "mask"
+    head = FDTHead(DI, DT, num_codes=K, code_dim=D, **OFFICIAL)
+    assert head.scale == pytest.approx(1 / math.sqrt(D) / 1000)
+    with pytest.raises(ValueError, match="width|tokens"):
+        head.encode_text(torch.randn(2, 3, DI))
+    with pytest.raises(ValueError, match="no real token"):
+        head.encode_text(torch.randn(2, 3, DT), torch.tensor([[True, False, False], [False] * 3]))
+
+
+def test_pooled_baseline():
+    torch.manual_seed(0)
+    head = PooledHead(DI, DT, embed_dim=D, image_pool="first", text_pool="mean")
+    batch = _batch()
+    txt = head.encode_text(batch["text"], batch["text_mask"])
+    expected = F.normalize(head.text_proj(masked_mean(batch["text"], batch["text_mask"])), dim=-1)
+    torch.testing.assert_close(txt, expected)
+    b1 = batch["text_mask"][1].sum()
+    torch.testing.assert_close(masked_mean(batch["text"], batch["text_mask"])[1], batch["text"][1, :b1].mean(0))
+    img = head.encode_image(batch["image"])
+    torch.testing.assert_close(img, F.normalize(head.image_proj(batch["image"][:, 0]), dim=-1))
+    head.loss(batch).backward()
+    assert head.text_proj.weight.grad is not None
+
+
+@pytest.mark.parametrize("kind", ["fdt", "pooled"])
+def test_trains_with_lib_train_fit(kind):
+    g = torch.Generator().manual_seed(1)
+    n = 32
+    text, text_mask = pad_batch([torch.randn(int(k), DT, generator=g) for k in torch.randint(1, 7, (n,), generator=g)])
+    image = torch.randn(n, 5, DI, generator=g)
+    data = {"image": image, "image_mask": torch.ones(n, 5, dtype=torch.bool), "text": text, "text_mask": text_mask}
+    torch.manual_seed(0)
+    head = (FDTHead(DI, DT, num_codes=K, code_dim=D) if kind == "fdt" else PooledHead(DI, DT, embed_dim=D))
+    result = fit(head, data, data, TrainConfig(steps=30, batch_size=16, lr=1e-2, warmup_steps=0, eval_every=10),
+                 progress=False)
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+
+
+def test_embed_sequences_batches_like_one_call(tmp_path):
+    from lib.sequences import sequence_features
+    from lib.store import FeatureStore
+
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randn(n, DT, generator=g) for n in (2, 5, 3)]
+    store = FeatureStore(tmp_path, dtype="float32")
+    feats = sequence_features(store, {"t": 1}, ["a", "b", "c"], lambda rows: [len(seqs[i]) for i in rows],
+                              lambda rows: [seqs[i] for i in rows], progress=False)
+    head = _head().eval()
+    out = embed_sequences(head.encode_text, feats, batch_size=2)
+    torch.testing.assert_close(out, head.encode_text(*pad_batch(seqs)).detach())
