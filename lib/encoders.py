@@ -64,7 +64,8 @@ class TextEncoder:
     """A frozen ``transformers`` text model that maps captions to pooled hidden states.
 
     ``layer=-1`` is the model's final output (after the final norm, as ShareLock uses it); ``layer=k``
-    is ``hidden_states[k]``, the output of block k before any final norm (0 = the embeddings).
+    is ``hidden_states[k]``, the output of block k (0 = the embeddings); for k < depth that is before
+    the final norm, while in transformers 5 ``hidden_states[depth]`` is already after it (= ``-1``).
     Texts are tokenised once, sorted by length and batched, so padding is small and no text is
     ever run alone; results come back in input order.
     """

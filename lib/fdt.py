@@ -273,3 +273,184 @@ def embed_sequences(encode, seqs, *, batch_size: int = 256, device: str | torch.
     out = [encode(x, mask).float().cpu() for _, x, mask in seqs.batches(batch_size, device=device)]
     return torch.cat(out) if out else torch.empty(0)
 
+
+
+# ------------------------------------------------------------------------------------------ the chapter
+# Config schema and evaluation helpers of notebooks/fdt.py (validated with lib.config, like lib.viterb).
+from dataclasses import field  # noqa: E402
+from typing import Callable, Literal  # noqa: E402
+
+from lib.config import DataConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig  # noqa: E402
+
+__all__ += ["FDTHeadConfig", "PooledHeadConfig", "Variant", "FDTConfig", "load_config", "build_fdt", "build_pooled",
+            "collect_codes", "weight_encoder", "zero_shot_metrics", "retrieval", "token_code_scores"]
+
+
+@dataclass(frozen=True)
+class FDTHeadConfig:
+    """The FDT head's settings; the field names are :class:`FDTHead`'s keyword arguments."""
+
+    num_codes: int = 16384
+    code_dim: int = 512
+    projector: Literal["fc_gelu", "ln_mlp"] = "ln_mlp"
+    weighting: Literal["sparsemax", "softmax"] = "sparsemax"
+    temperature: float = 1000.0
+    scaled_dot: bool = True
+    padding: Literal["mask", "zero"] = "mask"
+    init_temperature: float = 0.07
+    max_scale: float = 100.0
+    codebook_std: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_codes", "code_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.codebook_std <= 0 or self.max_scale <= 0:
+            raise ValueError("codebook_std and max_scale must be positive numbers")
+
+
+@dataclass(frozen=True)
+class PooledHeadConfig:
+    """The pooled baseline (:class:`PooledHead`): one linear map per modality on pooled tokens."""
+
+    embed_dim: int = 512
+    image_pool: Literal["mean", "first"] = "first"
+    text_pool: Literal["mean", "first"] = "mean"
+    init_temperature: float = 0.07
+    max_scale: float = 100.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An FDT ablation: the main head with the named fields changed, trained on the first ``seeds`` seeds."""
+
+    name: str
+    seeds: int = 1
+    projector: Literal["fc_gelu", "ln_mlp"] | None = None
+    weighting: Literal["sparsemax", "softmax"] | None = None
+    temperature: float | None = None
+    scaled_dot: bool | None = None
+    padding: Literal["mask", "zero"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"variant {self.name!r}: seeds must be >= 1, got {self.seeds}")
+        if not self.changes():
+            raise ValueError(f"variant {self.name!r} changes nothing: name at least one FDT head field")
+
+    def changes(self) -> dict:
+        """The head fields this variant sets (those not left null)."""
+        return {k: v for k, v in (("projector", self.projector), ("weighting", self.weighting),
+                                  ("temperature", self.temperature), ("scaled_dot", self.scaled_dot),
+                                  ("padding", self.padding)) if v is not None}
+
+
+@dataclass(frozen=True)
+class FDTConfig:
+    """``notebooks/configs/fdt.yaml``, validated field by field on load (``lib.config``)."""
+
+    data: DataConfig
+    vision: VisionModelConfig
+    text: TextModelConfig
+    fdt: FDTHeadConfig = field(default_factory=FDTHeadConfig)
+    baseline: PooledHeadConfig = field(default_factory=PooledHeadConfig)
+    variants: tuple[Variant, ...] = ()
+    image_tokens: Literal["all", "patches"] = "all"  # "all": DINOv2's CLS first, then the patch grid
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    eval_batch_size: int = 256
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+
+def load_config(name: str, overrides: dict | None = None) -> FDTConfig:
+    """``small`` / ``full`` of ``notebooks/configs/fdt.yaml`` (or a YAML path), validated."""
+    from lib import config as configs
+
+    return configs.load("fdt", name, FDTConfig, overrides)
+
+
+def build_fdt(cfg: FDTHeadConfig, image_dim: int, text_dim: int, **changes) -> FDTHead:
+    """An :class:`FDTHead` from its config, with ``changes`` (e.g. ``Variant.changes()``) applied."""
+    import dataclasses
+
+    return FDTHead(image_dim, text_dim, **{**dataclasses.asdict(cfg), **changes})
+
+
+def build_pooled(cfg: PooledHeadConfig, image_dim: int, text_dim: int) -> PooledHead:
+    import dataclasses
+
+    return PooledHead(image_dim, text_dim, **dataclasses.asdict(cfg))
+
+
+@torch.no_grad()
+def collect_codes(head: FDTHead, modality: str, seqs, *, batch_size: int = 256,
+                  device: str | torch.device = "cpu") -> CodeWeights:
+    """:meth:`FDTHead.codes` over a whole :class:`lib.sequences.SequenceFeatures`, on CPU.
+
+    ``argmax`` indexes each item's own tokens (padding is at the end of every row). The result holds
+    ``N x num_codes`` floats three times: fine for test sets, not for 15M pairs. See notebooks/fdt.py,
+    section "Codebook usage".
+    """
+    head.eval()
+    parts = [head.codes(modality, x, mask) for _, x, mask in seqs.batches(batch_size, device=device)]
+    return CodeWeights(*(torch.cat([getattr(p, f).float().cpu() if f != "argmax" else p.argmax.cpu() for p in parts])
+                         for f in ("weights", "relevance", "argmax", "embedding")))
+
+
+def weight_encoder(head: FDTHead, modality: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``encode(x, mask)`` that returns the L2-normalised code **weights** ``(B, num_codes)`` instead of the
+    embedding: the paper's "weights as features" test of grounding (sparsemax 32.4 vs softmax 5.2)."""
+    return lambda x, mask: F.normalize(head.codes(modality, x, mask).weights, dim=-1)
+
+
+@torch.no_grad()
+def zero_shot_metrics(encode_image, encode_text, image_seqs, prompt_seqs, labelled, *, batch_size: int = 256,
+                      device: str | torch.device = "cpu") -> dict[str, float]:
+    """acc@1, acc@5, mean per-class recall of a zero-shot classifier built from ``prompt_seqs``.
+
+    ``prompt_seqs`` holds the token features of ``lib.sharelock.prompts(labelled)`` (class-major: every
+    template of class 0, then class 1, ...); ``encode_*(x, mask)`` are a head's encoders (or
+    :func:`weight_encoder`). Prototypes follow CLIP (``lib.evaluate.zero_shot_classifier``).
+    """
+    from lib.evaluate import classification_metrics, zero_shot_classifier
+
+    texts = [t.replace("{c}", c) for c in labelled.classnames for t in labelled.templates]
+    if len(prompt_seqs) != len(texts):
+        raise ValueError(f"{len(prompt_seqs)} prompt sequences for {len(texts)} prompts of {labelled.name}: "
+                         "compute them from lib.sharelock.prompts(labelled)")
+    prompt_emb = embed_sequences(encode_text, prompt_seqs, batch_size=batch_size, device=device)
+    row = {text: i for i, text in enumerate(texts)}
+    classifier = zero_shot_classifier(lambda batch: prompt_emb[[row[t] for t in batch]], labelled.classnames,
+                                      labelled.templates)
+    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
+    return classification_metrics(image_emb, classifier, torch.as_tensor(labelled.labels))
+
+
+@torch.no_grad()
+def retrieval(encode_image, encode_text, image_seqs, caption_seqs, *, batch_size: int = 256,
+              device: str | torch.device = "cpu") -> dict[str, float]:
+    """Image <-> caption R@1/5/10, one caption per image (row i pairs with row i)."""
+    from lib.evaluate import retrieval_metrics
+
+    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
+    text_emb = embed_sequences(encode_text, caption_seqs, batch_size=batch_size, device=device)
+    return retrieval_metrics(image_emb, text_emb, torch.arange(len(image_emb)))
+
+
+@torch.no_grad()
+def token_code_scores(head: FDTHead, modality: str, seq: torch.Tensor, mask: torch.Tensor | None,
+                      codes: torch.Tensor | list[int]) -> torch.Tensor:
+    """How strongly each token matches each of ``codes``: ``scale * <q_j, c_i>``, ``(B, T, len(codes))``.
+
+    The max over ``j`` of these scores is the code's relevance; padded tokens are NaN. This is the
+    paper's qualitative figure (which patches and which words fire the same code); see notebooks/fdt.py,
+    section "Which patches and words share a code".
+    """
+    width = head.image_dim if modality == "image" else head.text_dim
+    seq = seq.to(device=head.codebook.device, dtype=head.codebook.dtype)
+    mask = _check(f"token_code_scores ({modality})", seq, mask, width)
+    projector = head.image_projector if modality == "image" else head.text_projector
+    codes = torch.as_tensor(codes, dtype=torch.long, device=head.codebook.device)
+    scores = projector(seq) @ head.codebook[codes].T * head.scale
+    return scores.masked_fill(~mask.unsqueeze(-1), float("nan"))

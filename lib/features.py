@@ -48,9 +48,13 @@ def vision_encoder(cfg: VisionModelConfig, device: str = "cpu") -> VisionEncoder
 
 
 def release_encoders() -> None:
-    """Free the loaded models (a notebook calls this once every feature is cached)."""
+    """Free the loaded models (a notebook calls this once every feature is cached), including the
+    prompted facet encoders of ``lib.facets`` (imported here, not at the top: it imports this module)."""
+    from lib import facets
+
     _TEXT_ENCODERS.clear()
     _VISION_ENCODERS.clear()
+    facets.release_encoders()
 
 
 def text_spec(cfg: TextModelConfig, texts: Sequence[str], source: dict) -> dict:
