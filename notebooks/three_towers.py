@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python (frozen-lip)
 #     language: python
@@ -77,7 +78,7 @@ from lib import three_towers as tt
 from lib.store import FeatureStore
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(max(1, os.cpu_count() or 1))
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
 sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 

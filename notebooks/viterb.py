@@ -74,7 +74,7 @@ from lib import features, manifests, paths, viterb, wordnet
 from lib.store import FeatureStore
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(max(1, os.cpu_count() or 1))
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
 sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 
@@ -262,7 +262,7 @@ cache_table.groupby(["features", "model"])[["rows", "computed", "reused", "secon
 # %% [markdown]
 # ## Train on seen classes, score on unseen ones
 #
-# `lib.viterb.train_and_score` builds a `ShareLock` head (`ShareLockHead`: 4 layers, hidden 512,
+# `lib.viterb.train_and_score` builds a `ShareLock` head (`ShareLockHead`: 4 layers, hidden 256,
 # BatchNorm/ReLU/Dropout, L2-normalised output) on top of the class-text features, trains it with
 # `lib.train.fit` (CLIP loss at fixed τ = 0.07, Adam, cosine schedule, early stopping on the
 # validation pairs), then embeds the **unseen** classes' texts as class prototypes and classifies the
