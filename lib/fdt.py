@@ -37,11 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lib.encoders import pool as pool_tokens
 from lib.losses import ClipLoss
 from lib.sparsemax import sparsemax
 
 __all__ = [
-    "PROJECTORS", "WEIGHTINGS", "PADDINGS", "PAPER", "OFFICIAL", "make_projector", "masked_mean", "relevance",
+    "PROJECTORS", "WEIGHTINGS", "PADDINGS", "PAPER", "OFFICIAL", "make_projector", "relevance",
     "CodeWeights", "FDTHead", "PooledHead", "codebook_usage", "embed_sequences",
 ]
 
@@ -75,12 +76,6 @@ def _check(name: str, seq: torch.Tensor, mask: torch.Tensor | None, width: int) 
     if not mask.any(dim=1).all():
         raise ValueError(f"{name}: some rows have no real token (mask all False)")
     return mask
-
-
-def masked_mean(seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the real tokens of each row: ``(B, T, D), (B, T) -> (B, D)``."""
-    m = mask.to(seq.dtype).unsqueeze(-1)
-    return (seq * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
 def relevance(queries: torch.Tensor, codebook: torch.Tensor, mask: torch.Tensor, *, padding: str = "mask",
@@ -216,7 +211,7 @@ class PooledHead(nn.Module):
     def _encode(self, name, seq, mask, width, pool, proj) -> torch.Tensor:
         seq = seq.to(device=proj.weight.device, dtype=proj.weight.dtype)
         mask = _check(f"PooledHead ({name})", seq, mask, width)
-        pooled = masked_mean(seq, mask) if pool == "mean" else seq[:, 0]
+        pooled = pool_tokens(seq, mask, "mean") if pool == "mean" else seq[:, 0]
         return F.normalize(proj(pooled), dim=-1)
 
     def encode_image(self, seq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lib.config import DataConfig, LossConfig, StoreConfig, TrainSettings, VisionModelConfig
+from lib.encoders import pool
 from lib.losses import ClipLoss
 
 VARIANTS = ("scratch", "lit", "3t")
@@ -218,8 +219,7 @@ class TextTower(nn.Module):
             )
         x = self.tokens(input_ids) + self.positions[: input_ids.shape[1]]
         x = self.norm(self.encoder(x, src_key_padding_mask=attention_mask == 0))
-        weights = attention_mask.unsqueeze(-1).to(x.dtype)
-        return self.proj((x * weights).sum(1) / weights.sum(1).clamp(min=1.0))
+        return self.proj(pool(x, attention_mask, "mean"))
 
 
 class BagTower(nn.Module):
@@ -236,9 +236,7 @@ class BagTower(nn.Module):
         self.proj = nn.Sequential(nn.Linear(cfg.width, 2 * cfg.width), nn.GELU(), nn.Linear(2 * cfg.width, embed_dim))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        weights = attention_mask.unsqueeze(-1).to(self.tokens.weight.dtype)
-        mean = (self.tokens(input_ids) * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.proj(self.norm(mean))
+        return self.proj(self.norm(pool(self.tokens(input_ids), attention_mask, "mean")))
 
 
 class Head(nn.Module):
