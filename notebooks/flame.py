@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python (frozen-lip)
 #     language: python
@@ -15,7 +16,19 @@
 # %% [markdown]
 # # FLAME: a frozen LLM read through many prompts
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/flame.ipynb)
+# <!-- launch -->
+# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/flame.ipynb)
+#
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+#
+# - **GPU:** one 48–80 GB GPU for the frozen Mistral-Nemo (12B, fp16) facet embeddings, computed once; the heads then train on cached features
+# - **time:** not measured here; dominated by one LLM pass per caption for all K facets (facet-decoupled attention)
+# - **data:** CC3M-LLaVA pairs and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+#
+# ```bash
+# papermill notebooks/flame.ipynb out.ipynb -p config full
+# ```
+# <!-- /launch -->
 #
 # > "we propose FLAME (Frozen Large lAnguage Models Enable data-efficient language-image
 # > pre-training) that leverages frozen large language models as text encoders, naturally processing
@@ -42,16 +55,22 @@
 # (Mistral-Nemo-Instruct, CC3M, ImageNet; a GPU).
 
 # %% tags=["remove-cell"]
-# Colab / fresh environment: install the book's library and its small-config assets if missing.
+# In Colab, or in any Python without the book's library: clone the book and run its set-up in this
+# interpreter (tools/setup.sh --here: packages, model wheels, data; an installed torch is kept).
+# A no-op when `lib` imports. Written by tools/colab.py: edit it there, not here.
 try:
     import lib  # noqa: F401
-except ImportError:  # pragma: no cover - only on Colab
+except ModuleNotFoundError:
+    import os
     import subprocess
     import sys
 
-    subprocess.run(["git", "clone", "--depth", "1", "https://github.com/OWNER/REPO", "/content/book"], check=True)
-    subprocess.run(["bash", "tools/setup.sh"], cwd="/content/book", check=True)
-    sys.path.insert(0, "/content/book")
+    home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
+    if not os.path.isdir(os.path.join(home, "lib")):
+        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
+    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
+    sys.path.insert(0, home)
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's LLM and data, GPU)

