@@ -3,8 +3,8 @@
 Why follow a benchmark's conventions to the letter: the papers' headline numbers come from
 CLIP_benchmark (ShareLock's published numbers included, not its own one-template test), and small
 choices (how templates are averaged, whether "recall@5" means *any* or *all* positives, mean-per-class
-recall versus accuracy) move results by points. See notebooks/sharelock.py, sections
-"Zero-shot evaluation" and "Retrieval".
+recall versus accuracy) move results by points. See notebooks/sharelock.py, section
+"Zero-shot evaluation" (retrieval is measured there too).
 
 * :func:`zero_shot_classifier`: one prototype per class from prompt templates (:mod:`lib.templates`).
 * :func:`accuracy`, :func:`mean_per_class_recall`, :func:`classification_metrics`.
@@ -143,7 +143,7 @@ def retrieval_metrics(
     Images without any text cannot be retrieved to and are left out of the image -> text mean (CLIP_benchmark
     would count them as misses; real benchmarks have none). k larger than the candidate set is clipped.
     Scores are computed ``chunk_size`` query rows at a time (default: about 2**24 scores per chunk), so a
-    50k x 50k similarity matrix never exists at once. See notebooks/sharelock.py, section "Retrieval".
+    50k x 50k similarity matrix never exists at once. See notebooks/sharelock.py, section "Zero-shot evaluation".
     """
     if image_emb.ndim != 2 or text_emb.ndim != 2 or image_emb.shape[1] != text_emb.shape[1]:
         raise ValueError(

@@ -7,7 +7,7 @@ facets would cost seven forward passes over the same long caption. *Facet-decoup
 the caption once: the sequence is ``[caption prefix][facet 1 suffix]...[facet K suffix]``, every suffix
 token attends to the prefix and to its own suffix only, and each suffix's position ids restart where
 the prefix ends, so each facet's final state is exactly what a separate pass over ``prefix + suffix_k``
-would give (tested against K separate passes). See ``notebooks/flame.py``, §Facet-decoupled attention.
+would give (tested against K separate passes). See notebooks/flame.py, section "Facet-decoupled attention".
 
 Tokenisation boundary (decision): a prompt's tokens are DEFINED as ``tokens(prefix) + tokens(suffix)``,
 where the prefix text ends just before the space that precedes the facet (``... step by step,``) and
@@ -206,7 +206,7 @@ class FacetEncoder:
     ``encode(method=...)`` computes the same numbers three ways (the benchmark compares their speed):
     ``decoupled`` (one pass per batch of captions, facet-decoupled attention), ``separate`` (K passes,
     one per facet, each a left-padded batch of ``prefix + suffix_k``) and ``stacked`` (the N*K prompts
-    as one list, ``batch_size * K`` prompts per pass). See ``notebooks/flame.py``, §Facet-decoupled attention.
+    as one list, ``batch_size * K`` prompts per pass). See notebooks/flame.py, section "Facet-decoupled attention".
     """
 
     def __init__(

@@ -3,6 +3,8 @@
 Why: the emoji corpus is drawings; a head trained on drawings and tested on photos of T-shirts and
 sneakers shows how far frozen features carry the alignment out of domain (DESIGN.md §5).
 Read straight from the four IDX files that Debian's ``dataset-fashion-mnist`` installs.
+
+See notebooks/sharelock.py, section "Zero-shot evaluation".
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ text vector, both sides are rewritten in the same vocabulary of ``K`` learnable 
 4. the embedding is ``normalize(w @ C)``, trained with the symmetric InfoNCE of CLIP and a learnable,
    clamped logit scale.
 
-See notebooks/fdt.py, sections "The FDT head" and "What the official code does". In a frozen-feature
+See notebooks/fdt.py, sections "The FDT head" and "What the official code does, measured". In a frozen-feature
 book the patch and token features come from frozen encoders through :mod:`lib.sequences`; only the
 projectors, the codebook and the logit scale are trained.
 

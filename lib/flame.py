@@ -4,7 +4,8 @@ Why this shape: FLAME keeps the LLM frozen and puts *no* head on the text side; 
 (``lib.facets``) are the targets, and the image side learns to land among them. In the paper a ViT-B/16
 is trained from scratch and then a 2-layer MLP maps it into the LLM's hidden width; in this book the
 image tower is a frozen, cached feature, so only the MLP trains (say so when comparing numbers).
-See ``notebooks/flame.py``, §The image projector and §Two losses.
+See notebooks/flame.py, sections "The image projector and the two losses" and
+"Two losses: Eq. 1 vs the official multi-positive sigmoid".
 
 * :class:`FlameProjector`: ``Linear -> GELU -> Linear -> LayerNorm``, L2-normalised (official
   ``_build_mm_projector``, hidden width ``max(out_dim, 4096)``).
@@ -50,7 +51,7 @@ class FlameProjector(nn.Module):
     ``projector_dim`` the LLM width (5120 for Mistral-Nemo); the embedding is normalised before the
     loss. Difference: the official MLP runs on every ViT token and the tokens are then averaged
     (``pool_type: avg``); here it runs on one pooled, cached feature — MLP(mean) is not mean(MLP).
-    See ``notebooks/flame.py``, §The image projector.
+    See notebooks/flame.py, section "The image projector and the two losses".
     """
 
     def __init__(self, in_dim: int, out_dim: int, hidden_dim: int | None = None) -> None:
@@ -95,7 +96,7 @@ def facet_clip_loss(image_emb: torch.Tensor, text_emb: torch.Tensor, logit_scale
     ``image_emb`` ``(N, D)``, ``text_emb`` ``(N, K, D)``, both L2-normalised; row i's facets are the
     positives of image i *for that facet's loss only*: other captions' embeddings of the same facet
     are the negatives. Summing (not averaging) follows the paper; with Adam a mean over K would only
-    change the effective temperature gradient scale, not the minimiser. See ``notebooks/flame.py``, §Two losses.
+    change the effective temperature gradient scale, not the minimiser. See notebooks/flame.py, section "Two losses: Eq. 1 vs the official multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "facet_clip_loss")
     return sum(clip_loss(image_emb, text_emb[:, k], logit_scale) for k in range(text_emb.shape[1]))
@@ -124,7 +125,7 @@ def multi_positive_sigmoid_loss(
     N x N*P image-text pairs are binary problems: ``z = scale * <v_i, t_j> + bias``, label ``y = +1`` if
     text j belongs to image i, else ``-1``; the loss is ``-sum log sigmoid(y z) / (N * P)`` — divided by
     the number of *texts*, as in the official code. With P = 1 this is exactly SigLIP (open_clip's
-    ``SigLipLoss``, which divides by N images). See ``notebooks/flame.py``, §Two losses.
+    ``SigLipLoss``, which divides by N images). See notebooks/flame.py, section "Two losses: Eq. 1 vs the official multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "multi_positive_sigmoid_loss")
     n, p, d = text_emb.shape
@@ -273,7 +274,7 @@ def cldr_labels(split: str, locale: str, limit: int | None = None) -> list[str]:
     """The CLDR labels of one emoji split in ``locale`` (emojibase-data, unpacked with the corpus by
     ``lib.emoji``), in the split's concept order; the first ``limit`` concepts. A concept without a
     label in that locale is an error rather than a silent gap (every base emoji has one in the 12
-    locales of ``lib.emoji.LOCALES``). See ``notebooks/flame.py``, §Multilingual zero-shot."""
+    locales of ``lib.emoji.LOCALES``). See notebooks/flame.py, section "Multilingual zero-shot"."""
     from lib import emoji
 
     if locale not in emoji.LOCALES:

@@ -114,7 +114,7 @@ class LinearHead(nn.Module):
     LiT (Zhai et al. 2022) locks the image tower and trains the text side; its towers end in a
     linear projection into the shared space. On frozen features that projection is all there is to
     train, so this head asks how much of ShareLock's gain comes from the depth of its MLP. See
-    notebooks/sharelock.py, section "Baselines: a linear head".
+    notebooks/sharelock.py, section "What the comparisons say".
     """
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:

@@ -4,6 +4,8 @@ Why: a number is only reproducible if the bytes behind it are. Every dataset the
 YAML file in ``data_manifests/``; its hash enters every feature-store key built from the dataset,
 and a missing or altered file stops the run with a message that says where to get it and where
 to put it (DESIGN.md §4).
+
+See notebooks/viterb.py, section "Seen and unseen classes, as data".
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ models by hub id, through one code path (DESIGN.md §4-5). A model is therefore 
 string. A hub id (``meta-llama/Meta-Llama-3-8B``) or a local folder is handed to the library as is;
 a name under ``offline/`` is one of the small models that PyPI wheels carry, which we convert once
 into the folder or file that ``transformers`` / ``timm`` load exactly as they would a hub download.
-See ``notebooks/sharelock.py``, section "The frozen encoders".
+See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
 

@@ -48,6 +48,8 @@ is ``tf_efficientnet_lite0``. It has the same parameter names and shapes as ``ef
 sets mean = std = 0.5, bicubic, 224 px, crop 0.875 (TF's eval resize: bicubic, 32 px crop padding).
 Every variant gets the two reference photos right: ``chelsea`` -> a cat class (tabby, tiger cat or
 Egyptian cat), ``coffee`` -> espresso (967).
+
+See notebooks/sharelock.py, section "Why EfficientNet and not DINOv2 in the small config".
 """
 from __future__ import annotations
 

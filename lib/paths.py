@@ -3,6 +3,8 @@
 Why one place: every expensive artefact (a de-quantised LLM, 10k image features) is built once and
 re-read; a user who installs ``lib`` from a checkout finds them under ``<repo>/.cache``, anyone else
 under ``~/.cache/frozen-lip-book``. ``LIB_CACHE_DIR`` overrides both (e.g. a scratch disk on a cluster).
+
+See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The cached-feature store: frozen-model features computed once, re-read many times.
 
-Explained in the ShareLock notebook, section "The frozen-feature pipeline"; decisions in DESIGN.md §2.
+Explained in notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline";
+decisions in DESIGN.md §2; running it on many processes in book/scale_out.md.
 
 Every method in the book trains small heads on features of *frozen* models (LLM text features,
 DINOv2 image features). Encoding is by far the most expensive step (ShareLock: 80 GB of images

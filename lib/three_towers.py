@@ -20,6 +20,8 @@ At test time the heads and ``h`` are dropped: :meth:`ThreeTowers.export` returns
 alone (:class:`TwoTowerModel`). The baselines of the paper are variants of the same class:
 ``scratch`` (f and g, no third tower) and ``lit`` (the image side is the locked pretrained model,
 here its cached features + one trainable linear map; g trains).
+
+See notebooks/three_towers.py, sections "The three towers" and "The loss, equation by equation".
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ language models by how "visual" their representation of text is.
 This module holds everything the chapter needs and nothing it shows: the splits (as data, checksummed),
 the class texts of each type (each a named source with its own store key), the text generation of
 ``tools/generate_class_texts.py``, a model's perplexity on held-out text, and the train-and-score
-loop. See ``notebooks/viterb.py``.
+loop. See notebooks/viterb.py, sections "Seen and unseen classes, as data", "Text per class" and
+"Train on seen classes, score on unseen ones".
 """
 from __future__ import annotations
 

@@ -585,3 +585,17 @@ if "emoji" in benches:
 # families come from `families.txt`), class texts generated for those datasets (run
 # `tools/generate_class_texts.py` with a larger LLM), and real Wikipedia articles (the paper's
 # reference text).
+
+# %% [markdown]
+# ## What to try next
+#
+# * `lib.viterb.train_and_score` trains `lib.sharelock.ShareLock(kind="mlp")`; with `kind="linear"`
+#   (the `lib.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
+# * `lib.viterb.capability`: add a language model of your own to `text:` in
+#   `notebooks/configs/viterb.yaml` and see where it lands on the capability plot.
+# * `lib.viterb.generate_texts` (through `tools/generate_class_texts.py`): regenerate the
+#   descriptions with a larger LLM and check whether "richer text helps" once the text is right.
+# * `lib.viterb.seeded_class_split`: draw other seen/unseen splits of Fashion-MNIST and see how much
+#   the score moves with the split alone.
+# * The ShareLock chapter (`lib.sharelock.ShareLock`) trains the same head on captions instead of
+#   class texts; the FLAME chapter reads the same decoders through prompts.
