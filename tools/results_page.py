@@ -83,7 +83,7 @@ def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
     rows = []
     for claim in info["claims"]:
         paper = f"{claim['paper']:.1f} % ({claim['ref']})"
-        here = "not run here: needs " + info["full_config"]["gpu"] + "; " + info["full_config"]["data"]
+        here = "not run here: needs a GPU and the paper's data (above)"
         if full is not None:  # a full-config run exists: its number for the same path
             here = fmt(lookup(json.loads((ROOT / full).read_text()), claim["full_metric"], chapter), True)
         for j, analogue in enumerate(claim["analogues"]):
@@ -119,10 +119,12 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         info, metrics = papers[chapter], load_metrics(chapter, metrics_dir)
         seeds = metrics.get("seeds")
         run = f"small config, seeds {', '.join(map(str, seeds))}" if seeds else "small config"
+        full = info["full_config"]
         lines += [
             f"## {info['title']}",
             "",
             f"Paper: {{cite:t}}`{info['cite']}`. Chapter: [{info['title']}](../notebooks/{chapter}.ipynb) ({run}).",
+            f"Full config: {full['gpu']}; data: {full['data']}.",
             "",
             "| paper's setting | paper | full config, this book | small-config analogue | this book (small) | what the analogue shows |",
             "|---|---|---|---|---|---|",

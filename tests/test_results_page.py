@@ -1,0 +1,73 @@
+"""The results page is generated, complete, and in step with the chapters and the papers' numbers.
+
+* book/results.md is exactly what tools/results_page.py renders from book/papers.yaml and the
+  committed book/metrics/<chapter>.json (the metrics of the executed notebooks the book shows);
+* every chapter of _toc.yml has its section, its paper numbers (with their table reference) and
+  every small-config analogue value on the page;
+* a metric that papers.yaml names but a chapter does not write is an error naming chapter and key;
+* the chapters as they run *now* (nbval's runs of this session) still write every metric the page
+  needs, so a renamed metric fails here rather than at the next `make book`.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import SESSION_START
+from tools import results_page
+
+PAPERS = results_page.load_papers()
+CHAPTERS = results_page.toc_chapters()
+
+
+def test_committed_page_is_the_rendering_of_the_committed_metrics():
+    assert results_page.PAGE.read_text() == results_page.render(), "run `python -m tools.results_page`"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_chapter_has_its_numbers_on_the_page(chapter):
+    page = results_page.PAGE.read_text()
+    info = PAPERS[chapter]
+    metrics = results_page.load_metrics(chapter)
+    assert f"## {info['title']}" in page
+    for claim in info["claims"]:
+        assert f"{claim['paper']:.1f} % ({claim['ref']})" in page
+        for analogue in claim["analogues"]:
+            value = results_page.lookup(metrics, analogue["metric"], chapter)
+            assert f"| {results_page.fmt(value, analogue.get('percent', False))} |" in page, analogue["label"]
+        if "full_run" not in info:
+            assert f"Full config: {info['full_config']['gpu']}; data: {info['full_config']['data']}." in page
+            assert "not run here: needs a GPU" in page
+
+
+def test_a_missing_metric_is_an_error_naming_chapter_and_key(tmp_path):
+    for chapter in CHAPTERS:
+        shutil.copy(results_page.METRICS / f"{chapter}.json", tmp_path / f"{chapter}.json")
+    broken = json.loads((tmp_path / "sharelock.json").read_text())
+    del broken["findings"]["sharelock_unseen_acc1"]
+    (tmp_path / "sharelock.json").write_text(json.dumps(broken))
+    with pytest.raises(results_page.MissingMetric, match=r"sharelock: metrics.json has no 'findings.sharelock_unseen_acc1'"):
+        results_page.render(metrics_dir=tmp_path)
+
+
+def test_a_chapter_without_metrics_or_paper_entry_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"fdt.json is missing: run the chapter"):
+        results_page.render(metrics_dir=tmp_path, chapters=["fdt"])
+    with pytest.raises(results_page.MissingMetric, match="not in book/papers.yaml"):
+        results_page.render(metrics_dir=tmp_path, chapters=["a_new_chapter"])
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_chapter_as_run_now_still_writes_every_metric_the_page_needs(chapter):
+    """nbval ran the notebooks first in this session (make test); their fresh metrics must serve the page."""
+    fresh = results_page.ROOT / "notebooks" / "runs" / chapter / "metrics.json"
+    if not fresh.is_file() or fresh.stat().st_mtime < SESSION_START:
+        pytest.skip(f"{chapter} was not run by nbval in this session (run `make test`, which runs it first)")
+    metrics = json.loads(fresh.read_text())
+    assert metrics.get("config") == "small"
+    for claim in PAPERS[chapter]["claims"]:
+        for analogue in claim["analogues"]:
+            value = results_page.lookup(metrics, analogue["metric"], chapter)
+            results_page.fmt(value, analogue.get("percent", False))  # a finite number
