@@ -580,11 +580,12 @@ if "emoji" in benches:
 # BERT-L, RoBERTa-L, Gemma-7B, Mistral-7B, Llama-3-8B by hub id (check the list against the paper's
 # Table 1), and the four datasets by manifest (`data_manifests/awa2.yaml`, `cub.yaml`,
 # `fgvc-aircraft.yaml`, `imagenet-plus.yaml`). The class splits are there as data; the images are
-# not, and a missing dataset stops the run with a message saying where to get it. Not done here:
-# the full-config image loaders (AWA2/CUB/ImageNet+ are one folder per class; FGVC-Aircraft's
-# families come from `families.txt`), class texts generated for those datasets (run
-# `tools/generate_class_texts.py` with a larger LLM), and real Wikipedia articles (the paper's
-# reference text).
+# not, and a missing dataset stops the run with a message saying where to get it. The full-config
+# image loaders (`lib.viterb.load_benchmark` for AWA2, CUB, FGVC-Aircraft and ImageNet+) read each
+# dataset in its released layout, as its manifest describes, and are tested on tiny synthetic copies
+# in those layouts (`tests/test_viterb_full.py`); they have not run on the real data here. Not done
+# here: class texts generated for those datasets (run `tools/generate_class_texts.py` with a larger
+# LLM), and real Wikipedia articles (the paper's reference text).
 
 # %% [markdown]
 # ## What to try next

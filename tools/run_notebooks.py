@@ -29,23 +29,28 @@ ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "frozen-lip"
 
 
-def chapters() -> list[Path]:
-    """Notebook sources in ``_toc.yml`` order."""
+def toc_files() -> list[str]:
+    """Every page of ``_toc.yml`` in reading order (root first), as source paths without suffix."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    found = []
+    found = [toc["root"]]
 
     def walk(node):
         if isinstance(node, dict):
-            if str(node.get("file", "")).startswith("notebooks/"):
-                found.append(ROOT / f"{node['file']}.py")
+            if "file" in node:
+                found.append(str(node["file"]))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
             for value in node:
                 walk(value)
 
-    walk(toc)
+    walk(toc.get("parts", toc.get("chapters", [])))
     return found
+
+
+def chapters() -> list[Path]:
+    """Notebook sources in ``_toc.yml`` order."""
+    return [ROOT / f"{file}.py" for file in toc_files() if file.startswith("notebooks/")]
 
 
 def fingerprint(source: Path) -> str:
