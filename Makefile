@@ -41,3 +41,8 @@ sync: setup
 
 clean-cache:
 	rm -rf "$${LIB_CACHE_DIR:-.cache}/store"
+
+# Benchmarks (bench/): each writes bench/results/<name>.json; `$(PY) -m bench.render` makes book/performance.md.
+.PHONY: bench
+bench: setup
+	$(PY) -m bench

@@ -10,18 +10,17 @@ is their ratios (and the tokens each pushes through the model), never an absolut
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
+from bench import _common
 from lib import emoji
 from lib.facets import FACET_SETS, FacetEncoder
 
+NAME = "facets"
 MODELS = ("offline/smollm2-135m-instruct", "offline/gemma-3-270m")
 
 
@@ -54,10 +53,10 @@ def measure(name: str, captions: list[str], facets: tuple[str, ...], batch_size:
         seconds, outputs = {m: float("inf") for m in methods}, {}
         for _ in range(repeats):
             for method in methods:
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
+                _common.sync(device)
                 start = time.perf_counter()
                 outputs[method] = encoder.encode(captions, method=method, progress=False)
+                _common.sync(device)
                 seconds[method] = min(seconds[method], time.perf_counter() - start)
     n, k = len(captions), len(facets)
     return {
@@ -77,26 +76,28 @@ def measure(name: str, captions: list[str], facets: tuple[str, ...], batch_size:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--n", type=int, default=64, help="captions to embed")
+def main(argv: list[str] | None = None) -> dict:
+    parser = _common.parser(__doc__.splitlines()[0], NAME)
+    parser.add_argument("--models", nargs="+", default=None, help=f"default {list(MODELS)}; --quick the first")
+    parser.add_argument("--n", type=int, default=None, help="captions to embed (default 64; --quick 4)")
     parser.add_argument("--facets", default="long", choices=sorted(FACET_SETS))
     parser.add_argument("--captions", default="long", choices=("label", "label_tags", "long"))
     parser.add_argument("--batch-size", type=int, default=16, help="captions per decoupled pass")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds; the best time of each method counts")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--out", default="bench/results/facets.json")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    parser.add_argument("--repeats", type=int, default=None, help="rounds; the best time of each method counts "
+                        "(default 2; --quick 1)")
+    args = parser.parse_args(argv)
+    _common.setup_threads(args.threads)
+    models = args.models or (list(MODELS[:1]) if args.quick else list(MODELS))
+    n = args.n or (4 if args.quick else 64)
+    repeats = args.repeats or (1 if args.quick else 2)
 
     concepts = emoji.load_concepts()
-    step = max(1, len(concepts) // args.n)
-    captions = [emoji.caption(c, args.captions) for c in concepts[::step][: args.n]]
+    step = max(1, len(concepts) // n)
+    captions = [emoji.caption(c, args.captions) for c in concepts[::step][:n]]
     facets = FACET_SETS[args.facets]
     report = {
+        "benchmark": NAME,
+        "quick": args.quick,
         "captions_kind": args.captions,
         "facet_set": args.facets,
         "threads": torch.get_num_threads(),
@@ -106,11 +107,12 @@ def main() -> None:
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "results": [
-            measure(name, captions, facets, args.batch_size, args.repeats, args.device) for name in args.models
+            measure(name, captions, facets, min(args.batch_size, n), repeats, args.device) for name in models
         ],
+        "machine_info": _common.machine_info(args.device),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    report["ratios"] = ratios(report)
+    _common.write_report(report, args.out)
     for result in report["results"]:
         print(f"{result['model']}: {result['captions']} captions x {result['facets']} facets")
         for key in ("speedup_vs_separate", "speedup_vs_stacked", "max_abs_difference_vs_separate"):
@@ -118,6 +120,20 @@ def main() -> None:
         for method, rate in result["embeddings_per_s"].items():
             slots = result["token_slots"][method]
             print(f"{method:>40}: {rate:.3g} embeddings/s, {slots} token slots")
+    return report
+
+
+def ratios(report: dict) -> list[dict]:
+    """The two speed-ups per model as ratio records (``bench.render`` derives them for older JSONs too)."""
+    out = []
+    for r in report["results"]:
+        rates = r["embeddings_per_s"]
+        for other, label in (("separate", "K separate passes"), ("stacked", "one K-times-larger batch")):
+            out.append(_common.ratio(
+                f"facets {r['model'].split('/')[-1]}: decoupled attention vs {label}", r[f"speedup_vs_{other}"],
+                baseline=f"{label} ({other})", candidate="lib.facets decoupled attention", measure="embeddings/s",
+                baseline_value=rates[other], candidate_value=rates["decoupled"], unit="embeddings/s"))
+    return out
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ code hides in many — which layer (ShareLock: after the final norm; FLAME: bloc
 it), which token (the last real token of a decoder, the mean of an encoder, BERT's CLS), and
 padding side (a decoder padded on the left and one padded on the right must give the same vector).
 Each choice is named here and becomes part of the feature-store key (``cache_spec``).
-See ``notebooks/sharelock.py``, section "The frozen encoders".
+See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover
     pass
 
 POOLINGS = ("last_token", "mean", "cls")
+VISION_BACKENDS = ("eager", "onnx")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -158,6 +159,11 @@ class VisionEncoder:
     ``create_transform(is_training=False)``; the HF image processor's mean/std) and only the input
     size and crop fraction may be overridden — small emoji do not need 224 px. Never a training
     augmentation at inference (ShareLock's ``encode_image`` applies one; see DESIGN.md §2).
+
+    ``backend="onnx"`` runs the same network through ONNX Runtime on CPU (``lib.onnx_vision``; how much
+    faster is measured by ``bench/vision_features.py``, see book/performance.md). Its features agree
+    with eager ones to ~1e-5 but are not bit-identical, so ``cache_spec`` names the backend and the
+    two never share a store entry.
     """
 
     def __init__(
@@ -171,9 +177,14 @@ class VisionEncoder:
         dtype: str = "float32",
         device: str = "cpu",
         revision: str | None = None,
+        backend: str = "eager",
     ):
         if library not in ("timm", "transformers"):
             raise ValueError(f"vision library {library!r} is not one of ('timm', 'transformers')")
+        if backend not in VISION_BACKENDS:
+            raise ValueError(f"vision backend {backend!r} is not one of {VISION_BACKENDS}")
+        if backend == "onnx" and device != "cpu":
+            raise ValueError(f"backend='onnx' runs on the CPU (ONNX Runtime's CPU provider), not on {device!r}")
         self.name, self.library, self.batch_size, self.device = name, library, batch_size, device
         self.dtype = dtype
         self.resolved = resolve(name, library, revision)
@@ -182,6 +193,11 @@ class VisionEncoder:
         else:
             self._init_hf(image_size, crop_pct, revision)
         self.model.eval().requires_grad_(False).to(device=device, dtype=DTYPES[dtype])
+        self.backend, self._onnx = backend, None
+        if backend == "onnx":
+            from lib.onnx_vision import OnnxForward
+
+            self._onnx = OnnxForward(self)
 
     def _init_timm(self, image_size, crop_pct) -> None:
         import timm
@@ -230,7 +246,7 @@ class VisionEncoder:
 
     def cache_spec(self) -> dict:
         preprocessing = {k: list(v) if isinstance(v, tuple) else v for k, v in self.data_config.items()}
-        return {
+        spec = {
             "kind": "image",
             "model": self.resolved.identity,
             "library": self.library,
@@ -238,8 +254,13 @@ class VisionEncoder:
             "dtype": self.dtype,
             "preprocessing": preprocessing,
         }
+        if self.backend != "eager":  # eager specs keep their old keys, so existing caches stay valid
+            spec["backend"] = self.backend
+        return spec
 
     def _forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        if self._onnx is not None:
+            return self._onnx(pixels)
         if self.library == "timm":
             return self.model(pixels)
         return self.model(pixel_values=pixels).pooler_output  # DINOv2: layer-normed CLS token

@@ -4,7 +4,7 @@ Why: "train-or-load" (UvA DL notebooks). The second run of a notebook must not l
 alone run it; so the store key of a text feature is derived from the config and the texts alone,
 and the model is loaded lazily inside the compute callback. Vision models are cheap to build and
 their preprocessing is resolved from the model itself, so they are built to derive their key.
-See ``notebooks/sharelock.py``, section "The frozen-feature pipeline".
+See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from lib.models import resolve
 from lib.store import CachedFeatures, FeatureStore
 
 _TEXT_ENCODERS: dict[TextModelConfig, TextEncoder] = {}
-_VISION_ENCODERS: dict[VisionModelConfig, VisionEncoder] = {}
+# Keyed by the config (eager backend: the key tests and notebooks seed) or by (config, backend).
+_VISION_ENCODERS: dict[VisionModelConfig | tuple[VisionModelConfig, str], VisionEncoder] = {}
 
 
 def digest(items: Sequence[str]) -> str:
@@ -38,13 +39,15 @@ def text_encoder(cfg: TextModelConfig, device: str = "cpu") -> TextEncoder:
     return _TEXT_ENCODERS[cfg]
 
 
-def vision_encoder(cfg: VisionModelConfig, device: str = "cpu") -> VisionEncoder:
-    if cfg not in _VISION_ENCODERS:
-        _VISION_ENCODERS[cfg] = VisionEncoder(
+def vision_encoder(cfg: VisionModelConfig, device: str = "cpu", backend: str = "eager") -> VisionEncoder:
+    """The encoder of ``cfg``, built once per config and backend; ``backend="onnx"``: ONNX Runtime."""
+    key = cfg if backend == "eager" else (cfg, backend)
+    if key not in _VISION_ENCODERS:
+        _VISION_ENCODERS[key] = VisionEncoder(
             cfg.name, library=cfg.library, image_size=cfg.image_size, crop_pct=cfg.crop_pct,
-            batch_size=cfg.batch_size, dtype=cfg.dtype, device=device, revision=cfg.revision,
+            batch_size=cfg.batch_size, dtype=cfg.dtype, device=device, revision=cfg.revision, backend=backend,
         )
-    return _VISION_ENCODERS[cfg]
+    return _VISION_ENCODERS[key]
 
 
 def release_encoders() -> None:
@@ -79,15 +82,23 @@ def text_features(
     source: dict,
     ids: Sequence[str] | None = None,
     device: str = "cpu",
-) -> CachedFeatures:
-    """Features of ``texts`` (rows in the given order), computed only if the store misses."""
+    rank: int = 0,
+    world_size: int = 1,
+) -> CachedFeatures | None:
+    """Features of ``texts`` (rows in the given order), computed only if the store misses.
+
+    ``rank``/``world_size``: this process computes only shards ``s % world_size == rank`` and gets
+    ``None`` until every rank's shards exist (``FeatureStore.get_or_compute``; ``lib.precompute`` runs
+    it under ``torchrun``, book/scale_out.md). The defaults are one process doing everything.
+    """
     texts = list(texts)
     ids = list(ids) if ids is not None else [str(i) for i in range(len(texts))]
 
     def compute(rows: np.ndarray):
         return text_encoder(cfg, device).encode([texts[i] for i in rows])
 
-    return store.get_or_compute(text_spec(cfg, texts, source), ids, compute, desc=f"text {cfg.name}")
+    return store.get_or_compute(text_spec(cfg, texts, source), ids, compute, rank=rank, world_size=world_size,
+                                desc=f"text {cfg.name}")
 
 
 def image_features(
@@ -98,12 +109,22 @@ def image_features(
     *,
     source: dict,
     device: str = "cpu",
-) -> CachedFeatures:
-    """Features of the images ``load_image(0..n-1)``, computed only if the store misses."""
-    encoder = vision_encoder(cfg, device)
+    backend: str = "eager",
+    rank: int = 0,
+    world_size: int = 1,
+) -> CachedFeatures | None:
+    """Features of the images ``load_image(0..n-1)``, computed only if the store misses.
+
+    ``rank``/``world_size`` split the shards across processes, as for :func:`text_features`.
+
+    ``backend="onnx"`` computes them with ONNX Runtime (faster on CPU); the backend is part of the
+    store key (``VisionEncoder.cache_spec``), so eager and ONNX features never share an entry.
+    """
+    encoder = vision_encoder(cfg, device, backend)
     spec = {**encoder.cache_spec(), "source": source, "ids_sha256": digest(ids)}
 
     def compute(rows: np.ndarray):
         return encoder.encode([load_image(int(i)) for i in rows])
 
-    return store.get_or_compute(spec, list(ids), compute, desc=f"images {cfg.name}")
+    return store.get_or_compute(spec, list(ids), compute, rank=rank, world_size=world_size,
+                                desc=f"images {cfg.name}")

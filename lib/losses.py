@@ -4,10 +4,14 @@ The CLIP loss (symmetric InfoNCE) treats a batch of N image-text pairs as two N-
 problems: each image must pick its own caption among the N captions, and each caption its own image
 among the N images. The other N-1 items of the batch are the negatives, which is why batch size
 matters so much for contrastive learning (and why ``lib.train`` reports how many negatives each loss
-really sees). See notebooks/sharelock.py, section "The CLIP loss".
+really sees). See notebooks/sharelock.py, section "Training the head".
 
 Convention: ``logit_scale`` is the *scale* 1/tau (e.g. 1/0.07 = 14.29), not its logarithm, as in
 open_clip's ``ClipLoss`` and HF's ``CLIPModel`` after ``.exp()``.
+
+Several processes (``torchrun``, ``lib.train.fit`` under DDP): :class:`ClipLoss` gathers every rank's
+embeddings first (``lib.distributed.gather_with_grad``), so each loss sees the *global* batch's
+negatives, as open_clip's ``ClipLoss(gather_with_grad=True, local_loss=False)``. See book/scale_out.md.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lib.distributed import gather_with_grad
 
 __all__ = ["clip_loss", "ClipLoss"]
 
@@ -57,12 +63,17 @@ class ClipLoss(nn.Module):
     1/0.07); CLIP learns it. A learnable scale is parameterised as ``log_scale`` (init log(1/tau)) and
     used as ``exp(log_scale)`` clamped to ``max_scale`` = 100, the open_clip/CLIP convention that
     stops the temperature from collapsing. Fixed: ``log_scale`` is a buffer (moves with ``.to()``,
-    saved in the state_dict, never optimised). See notebooks/sharelock.py, section "The CLIP loss".
+    saved in the state_dict, never optimised). See notebooks/sharelock.py, section "Training the head".
 
     Note that open_clip clamps the *parameter* in place after each optimiser step
     (``logit_scale.clamp_(0, log(100))``) whereas here the clamp is applied in the forward pass, so
     no training-loop hook is needed; the loss value is the same. Beyond the clamp, no gradient
     reaches ``log_scale`` (as with open_clip, whose clamped parameter also stops moving upwards).
+
+    Under ``torch.distributed`` (world size W > 1) the forward pass gathers the W ranks' embeddings with
+    gradient and returns the loss over the full gathered batch, identical on every rank; with DDP's
+    gradient average this reproduces the single-process gradient exactly (why: ``lib.distributed``'s
+    docstring; checked by tests/test_distributed.py). Single process: no gather, nothing changes.
     """
 
     def __init__(self, temperature: float = 0.07, learnable: bool = False, max_scale: float = 100.0) -> None:
@@ -90,7 +101,7 @@ class ClipLoss(nn.Module):
         return float(1.0 / self.scale.detach())
 
     def forward(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
-        return clip_loss(image_emb, text_emb, self.scale)
+        return clip_loss(gather_with_grad(image_emb), gather_with_grad(text_emb), self.scale)
 
     def extra_repr(self) -> str:
         return f"temperature={self.temperature:.4g}, learnable={self.learnable}, max_scale={self.max_scale}"

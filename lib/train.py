@@ -29,20 +29,33 @@ What the loop does, and why:
 * Determinism: the same seed gives bit-identical history and parameters on CPU. Call
   :func:`seed_everything` before building the model (the loop does not build it); :func:`fit` seeds
   torch's global generator again (dropout) and draws batches from its own generator.
+* Several processes (``torchrun``; ``torch.distributed`` initialised with world size W > 1, e.g. by
+  :func:`lib.distributed.init`): the method is wrapped in ``DistributedDataParallel``, every rank draws
+  the *same* seeded permutation and takes its contiguous 1/W slice of each (micro-)batch, and
+  :class:`lib.losses.ClipLoss` gathers the embeddings of all ranks with gradient, so a loss sees the
+  global batch's negatives and the run reproduces single-process training (same history and weights up
+  to float rounding). Differences that remain, by design: dropout masks (rank r seeds its generator with
+  ``seed + r``, so ranks do not share masks), and BatchNorm statistics on CPU (see :func:`fit`).
+  Validation runs on every rank over the whole validation set without gathering, and rank 0's value
+  decides best step and early stopping on all ranks. Why and how: book/scale_out.md.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from lib import distributed
 
 __all__ = ["TrainConfig", "TrainResult", "fit", "seed_everything", "cosine_with_warmup"]
 
@@ -131,7 +144,9 @@ class TrainResult:
     ``history`` has one dict per optimiser step: ``step`` (1-based), ``lr`` (the rate used for that
     step), ``train_loss`` (the share-weighted mean of the micro-batch losses), ``grad_norm`` (total
     gradient norm *before* clipping) and ``val_loss`` (None when not evaluated at that step).
-    ``negatives_per_loss`` is how many negatives each contrastive loss saw (rows per micro-batch - 1).
+    ``negatives_per_loss`` is how many negatives each contrastive loss saw (rows per micro-batch - 1;
+    under DDP the *global* micro-batch when the loss gathers across ranks, else the rank's slice).
+    ``world_size`` is the number of processes that trained (1 without ``torch.distributed``).
     ``best_step``/``best_val_loss`` are None without a validation set.
     """
 
@@ -145,6 +160,7 @@ class TrainResult:
     batch_size: int = 0
     micro_batch_size: int = 0
     config: TrainConfig | None = field(default=None, repr=False)
+    world_size: int = 1
 
     def history_frame(self):
         """The history as a pandas DataFrame (one row per step), for tables and plots."""
@@ -210,6 +226,86 @@ def _total_grad_norm(params: list[nn.Parameter]) -> float:
     return float(torch.nn.utils.get_total_norm(grads))
 
 
+class _LossForward(nn.Module):
+    """``method.loss`` as a ``forward``: DDP synchronises gradients only for work done inside its own
+    ``forward()`` call, while every method of the book is driven through ``loss(batch)``."""
+
+    def __init__(self, method: nn.Module) -> None:
+        super().__init__()
+        self.method = method
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.method.loss(batch)
+
+
+def _check_divisible(batch_size: int, micro: int, world: int, requested: int, n_train: int) -> None:
+    """Each rank takes an equal slice of every (micro-)batch, so every chunk must split into W parts."""
+    what = f"batch_size {batch_size}" + (f" (the {n_train} training rows; config.batch_size is {requested})"
+                                         if batch_size != requested else "")
+    if batch_size % world:
+        lower, upper = batch_size // world * world, -(-batch_size // world) * world
+        raise ValueError(f"{what} is not divisible by the world size {world}: every rank takes an equal slice "
+                         f"of each batch; use a batch_size that is a multiple of {world} (e.g. "
+                         f"{lower or upper} or {upper}), or launch a number of processes that divides {batch_size}")
+    last = batch_size % micro
+    if micro % world or last % world:
+        bad = micro if micro % world else last
+        raise ValueError(f"micro-batches of {bad} rows (micro_batch_size {micro}, {what}) are not divisible by the "
+                         f"world size {world}: every rank takes an equal slice of each micro-batch; use a "
+                         f"micro_batch_size that is a multiple of {world} and divides {batch_size}")
+
+
+def _rank_slice(chunk: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank r's contiguous 1/W of a chunk of row indices; in rank order the slices make up the chunk, which
+    is the order :func:`lib.distributed.gather_with_grad` concatenates embeddings in."""
+    size = chunk.numel() // world
+    return chunk[rank * size:(rank + 1) * size]
+
+
+def _wrap_ddp(method: nn.Module, device: torch.device) -> nn.Module:
+    """``DistributedDataParallel`` around ``method.loss``, with SyncBatchNorm where torch supports it.
+
+    DDP broadcasts rank 0's parameters and buffers at construction (every rank starts from the same
+    weights) and averages gradients in the backward pass. BatchNorm layers become ``nn.SyncBatchNorm`` on
+    CUDA (in place; they stay SyncBatchNorm after :func:`fit`, which behaves as BatchNorm in eval mode and
+    in a single process), so batch statistics are those of the global batch, as in one process. On CPU
+    torch's SyncBatchNorm refuses to run: each rank then normalises its slice with its own statistics
+    (and DDP broadcasts rank 0's running statistics), which is *not* single-process training; a warning
+    says so.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in method.modules())
+    if device.type == "cuda":
+        nn.SyncBatchNorm.convert_sync_batchnorm(method)
+        return DistributedDataParallel(_LossForward(method), device_ids=[device.index])
+    if has_bn:
+        warnings.warn(f"{type(method).__name__} has BatchNorm layers and trains under DDP on CPU: torch's "
+                      "SyncBatchNorm needs a GPU, so each rank normalises its own slice of the batch; results "
+                      "differ from single-process training (book/scale_out.md)", stacklevel=3)
+    return DistributedDataParallel(_LossForward(method))
+
+
+def _sync_state_from_rank0(method: nn.Module) -> None:
+    """Every rank ends with rank 0's weights and buffers (BatchNorm running statistics may differ on CPU)."""
+    import torch.distributed as dist
+
+    for tensor in method.state_dict().values():
+        dist.broadcast(tensor, src=0)
+
+
+def _negatives(micro: int, world: int, method: nn.Module) -> int:
+    """Negatives each loss saw: the global micro-batch if the loss gathered across ranks, else the slice."""
+    if world == 1:
+        return micro - 1
+    if distributed.gathered_rows() == micro:
+        return micro - 1
+    warnings.warn(f"{type(method).__name__}'s loss did not gather embeddings across the {world} ranks "
+                  f"(lib.distributed.gather_with_grad): each loss saw {micro // world} rows, not {micro}",
+                  stacklevel=3)
+    return micro // world - 1
+
+
 def fit(
     method: nn.Module,
     train: dict[str, torch.Tensor],
@@ -232,7 +328,13 @@ def fit(
     number of negatives and are comparable, as in ShareLock's official code (its validation batches
     hold 1,024 rows).
 
-    See notebooks/sharelock.py, section "Training the head".
+    Under ``torch.distributed`` (world size W > 1, see the module docstring): ``batch_size`` and
+    ``micro_batch_size`` are *global* (all ranks together) and must be multiples of W; each rank takes
+    its 1/W of every micro-batch, DDP averages the gradients, and a gathering loss
+    (:class:`lib.losses.ClipLoss`) sees all ``micro_batch_size - 1`` negatives. BatchNorm is synchronised
+    on CUDA (``nn.SyncBatchNorm``) but not on CPU (:func:`_wrap_ddp`). Every rank returns the same weights.
+
+    See notebooks/sharelock.py, section "Training the head", and book/scale_out.md.
     """
     start = time.perf_counter()
     if not isinstance(config, TrainConfig):
@@ -243,6 +345,9 @@ def fit(
         progress = _progress_default()
 
     device = torch.device(config.device)
+    world, rank = (distributed.world_size(), distributed.rank()) if distributed.is_distributed() else (1, 0)
+    if world > 1 and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # cuda:LOCAL_RANK (lib.distributed.init)
     n_train = _num_rows(train, "train")
     n_val = _num_rows(val, "val") if val is not None else 0
     train = {k: v.to(device) for k, v in train.items()}
@@ -252,12 +357,16 @@ def fit(
     batch_size = min(config.batch_size, n_train)
     micro = min(config.micro_batch_size or batch_size, batch_size)
     batches_per_epoch = n_train // batch_size
+    if world > 1:
+        _check_divisible(batch_size, micro, world, config.batch_size, n_train)
 
-    torch.manual_seed(config.seed)  # dropout and any other draw from the global generator
+    torch.manual_seed(config.seed + rank)  # dropout and any other draw from the global generator; own masks per rank
     order_gen = torch.Generator().manual_seed(config.seed)
 
     method.to(device)
     method.train()
+    ddp = _wrap_ddp(method, device) if world > 1 else None
+    forward = ddp if ddp is not None else method.loss
     params = [p for p in method.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"{type(method).__name__} has no trainable parameters")
@@ -281,7 +390,9 @@ def fit(
     batch_in_epoch = batches_per_epoch  # forces a permutation at the first step
 
     bar = None
-    if progress:
+    negatives = micro - 1
+    distributed.reset_gathered_rows()
+    if progress and rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=config.steps, desc=f"fit {type(method).__name__}", unit="step")
@@ -297,12 +408,20 @@ def fit(
 
             optimizer.zero_grad(set_to_none=True)
             train_loss = 0.0
-            for chunk in idx.split(micro):
-                batch = {k: v[chunk] for k, v in train.items()}
-                loss = _as_scalar_loss(method.loss(batch))
-                share = chunk.numel() / idx.numel()
-                (loss * share).backward()
+            chunks = idx.split(micro)
+            for i, chunk in enumerate(chunks):
+                rows = _rank_slice(chunk, rank, world) if world > 1 else chunk
+                batch = {k: v[rows] for k, v in train.items()}
+                # DDP: all-reduce the gradients once per optimiser step, after the last micro-batch
+                no_sync = ddp.no_sync() if ddp is not None and i < len(chunks) - 1 else contextlib.nullcontext()
+                with no_sync:
+                    loss = _as_scalar_loss(forward(batch))
+                    share = chunk.numel() / idx.numel()
+                    (loss * share).backward()
                 train_loss += float(loss.detach()) * share
+            if step == 0:
+                negatives = _negatives(micro, world, method)
+            train_loss = distributed.mean_float(train_loss)  # same on every rank, so all stop together
             if not math.isfinite(train_loss):
                 raise FloatingPointError(f"training loss is {train_loss} at step {step + 1}")
 
@@ -324,7 +443,9 @@ def fit(
             history.append(record)
 
             if val is not None and (step % config.eval_every == 0 or step == config.steps):
-                val_loss = _validation_loss(method, val, n_val, micro)
+                with distributed.no_gather():  # every rank: the whole validation set, its own negatives
+                    val_loss = _validation_loss(method, val, n_val, micro)
+                val_loss = distributed.broadcast_float(val_loss)  # one decision for all ranks
                 record["val_loss"] = val_loss
                 if best_state is None or val_loss < best_val:  # the weights to restore: lowest loss
                     best_val, best_step = val_loss, step
@@ -349,15 +470,18 @@ def fit(
 
     if best_state is not None:
         method.load_state_dict(best_state)
+    if world > 1:
+        _sync_state_from_rank0(method)
     return TrainResult(
         history=history,
         best_step=best_step,
         best_val_loss=None if best_step is None else best_val,
         stopped_early=stopped_early,
         steps_run=step,
-        negatives_per_loss=micro - 1,
+        negatives_per_loss=negatives,
         seconds=time.perf_counter() - start,
         batch_size=batch_size,
         micro_batch_size=micro,
         config=copy.deepcopy(config),
+        world_size=world,
     )

@@ -1,0 +1,390 @@
+"""Render ``book/performance.md`` (and its figures) from the benchmarks' JSON, never by hand.
+
+Input: ``bench/results/*.json`` (CPU runs) and ``bench/results/gpu/*.json`` (GPU runs, when someone
+has made them), each written by one benchmark of ``python -m bench``. Every number on the page is
+read from those files; the page says which machine each file came from. ``tests/test_bench.py``
+checks that rendering the committed results reproduces the committed page exactly and that every
+ratio in every JSON is on it.
+
+    .venv/bin/python -m bench.render            # writes book/performance.md and book/figures/performance-*.png
+    .venv/bin/python -m bench.render --check    # fails if the committed page differs from a fresh rendering
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGE = ROOT / "book" / "performance.md"
+FIGURES = ROOT / "book" / "figures"
+ORDER = ("vision_features", "store", "training", "scaling", "text_features", "facets")
+TITLES = {
+    "vision_features": "Vision feature extraction",
+    "store": "Feature store throughput",
+    "training": "Training step",
+    "scaling": "Scaling with the dataset",
+    "text_features": "Text feature extraction",
+    "facets": "FLAME facets: decoupled attention",
+}
+GPU_COMMANDS = """\
+# vision: fp32 eager vs bf16 autocast + channels-last, 1,024 images, batch 256
+python -m bench.vision_features --device cuda --n 1024 --batch-size 256 --out bench/results/gpu/vision_features.json
+# training: the paper's setting, synthetic 563k x 4096 text and 563k x 768 image features resident on the GPU,
+# head 4096 wide x 4 layers, batch 16,384, bf16 autocast; vs DataLoader batches from host memory
+python -m bench.training --device cuda --cases paper --out bench/results/gpu/training.json
+# text features at paper batch sizes (the LLM on the GPU)
+python -m bench.text_features --device cuda --batch-size 256 --out bench/results/gpu/text_features.json
+python -m bench.facets --device cuda --out bench/results/gpu/facets.json
+# then re-render this page
+python -m bench.render"""
+
+
+# ----------------------------------------------------------------------------- reading the results
+
+def load(results: Path = RESULTS) -> list[tuple[str, dict]]:
+    """``(label, report)`` for every result file, in the page's order; GPU files are labelled ``gpu/<name>``."""
+    found = []
+    for folder, prefix in ((results, ""), (results / "gpu", "gpu/")):
+        for path in sorted(folder.glob("*.json")):
+            found.append((prefix + path.stem, json.loads(path.read_text())))
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(found, key=lambda item: (item[0].startswith("gpu/"), rank.get(_name(item), 99), item[0]))
+
+
+def _name(item: tuple[str, dict]) -> str:
+    return item[1].get("benchmark") or item[0].split("/")[-1]
+
+
+def ratios_of(name: str, report: dict) -> list[dict]:
+    """The ratio records of a report; those written before reports carried them are derived the same
+    way the benchmark derives them now (``bench.text_features.ratios``, ``bench.facets.ratios``)."""
+    if "ratios" in report:
+        return report["ratios"]
+    if name in ("text_features", "facets"):
+        import importlib
+
+        return importlib.import_module(f"bench.{name}").ratios(report)
+    return []
+
+
+def machine_of(report: dict) -> dict:
+    """The machine block; older reports recorded only a few fields, the rest shows as 'not recorded'."""
+    if isinstance(report.get("machine"), dict):
+        return report["machine"]
+    if isinstance(report.get("machine_info"), dict):
+        return report["machine_info"]
+    return {"arch": report.get("machine"), "cpu_count": report.get("cpu_count"),
+            "torch_threads": report.get("threads"), "torch": report.get("torch"),
+            "python": report.get("python"), "device": report.get("device", "cpu")}
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def fmt_ratio(value: float) -> str:
+    """How a ratio appears on the page (tests look for exactly this string)."""
+    return f"{value:.0f}×" if value >= 100 else f"{value:#.3g}×"
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "not recorded"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == 0:
+            return "0"
+        if abs(value) >= 10 ** digits:
+            return f"{value:,.0f}"
+        return f"{value:#.{digits}g}".rstrip(".")
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------- sections
+
+def machines_section(loaded) -> list[str]:
+    rows = []
+    for label, report in loaded:
+        m = machine_of(report)
+        cpu = m.get("cpu") or m.get("arch")
+        cores = m.get("cpu_count") if m.get("cpus_usable") in (None, m.get("cpu_count")) else \
+            f"{m.get('cpus_usable')} of {m.get('cpu_count')}"
+        rows.append([f"`{label}.json`", cpu, cores, m.get("torch_threads"), m.get("torch"), m.get("gpu") or "none",
+                     m.get("date"), m.get("load_average_1min")])
+    return ["## The machines", "",
+            "Each result file records the machine it was measured on. The load average (processes "
+            "competing for the cores when the benchmark started) says how shared the machine was: "
+            "every benchmark interleaves its baseline and its candidate and keeps the best of several "
+            "rounds, so load slows both alike, but absolute rates on a loaded machine are lower bounds.", "",
+            *table(["result", "CPU", "cores", "torch threads", "torch", "GPU", "date", "load (1 min)"], rows)]
+
+
+def ratios_section(loaded, figure: str | None) -> list[str]:
+    rows = []
+    for label, report in loaded:
+        for r in ratios_of(_name((label, report)), report):
+            values = (f"{fmt(r['baseline_value'])} → {fmt(r['candidate_value'])} {r['unit']}"
+                      if "baseline_value" in r else "")
+            target = f" (target ≥ {fmt_ratio(r['target'])})" if "target" in r else ""
+            rows.append([r["name"], r["candidate"], r["baseline"], r["measure"], values,
+                         f"**{fmt_ratio(r['value'])}**{target}"])
+    lines = ["## Every ratio measured", "",
+             "Each ratio is the candidate's rate divided by the baseline's, both measured in the same run "
+             "on the same inputs (> 1× means the candidate is faster). The rates column gives baseline → "
+             "candidate.", ""]
+    if figure:
+        lines += [f"```{{figure}} {figure}", ":name: fig-performance-ratios",
+                  ":alt: horizontal bars, one per measured ratio, on a log scale with a line at 1x", "",
+                  "Every ratio on this page (log scale). Bars right of the line at 1× are the candidate "
+                  "(the path `lib` takes) being faster than its baseline; the FLOP/s rows are the training "
+                  "step's share of the machine's dense matmul rate, where 1× would be that peak.", "```", ""]
+    return lines + table(["what", "candidate", "baseline", "measure", "rates", "ratio"], rows)
+
+
+def vision_section(report: dict) -> list[str]:
+    rows = []
+    for r in report["results"]:
+        net, enc = r["network_images_per_s"], r.get("encode_images_per_s", {})
+        rows.append([r["case"], r["fast_path"], net["eager"], net["fast"], enc.get("eager"), enc.get("fast"),
+                     r["max_abs_difference"], r["max_abs_feature"], 1.0 - r["min_cosine"]])
+    c = report["config"]
+    return [f"{c['images']} real emoji drawings per case, batch {c['batch_size']}, best of {c['repeats']} "
+            "interleaved rounds. *network*: the forward pass on prepared pixels (what the backend changes); "
+            "*encode*: `VisionEncoder.encode` from PIL images, preprocessing included (the same for both). "
+            "The two paths' features agree to the difference shown (`tests/test_fast_vision.py` asserts "
+            "max |diff| < 1e-4 and cosine > 0.99999 on real images); because they are not bit-identical, "
+            "`backend='onnx'` is part of the feature-store key.", "",
+            *table(["case", "fast path", "network eager (img/s)", "network fast (img/s)", "encode eager (img/s)",
+                    "encode fast (img/s)", "max abs diff", "max abs feature", "1 − min cosine"], rows)]
+
+
+def store_section(report: dict) -> list[str]:
+    r = report["result"]
+    reads = r["read_mb_per_s"]
+    rows = [[name, reads["warm"][name], reads["cold"][name]] for name in reads["warm"]]
+    writes = [[name, rate] for name, rate in r["write_mb_per_s"].items()]
+    raw = next(name for name in reads["warm"] if name.startswith("raw"))
+    verdict = []
+    for cache in ("warm", "cold"):
+        met = [name.removeprefix("store ") for name, rate in reads[cache].items()
+               if name != raw and rate >= 0.8 * reads[cache][raw]]
+        missed = [name.removeprefix("store ") for name, rate in reads[cache].items()
+                  if name != raw and rate < 0.8 * reads[cache][raw]]
+        verdict.append(f"{cache} cache: {', '.join(met) or 'none'} reach the target of 80 % of raw"
+                       + (f"; {', '.join(missed)} do not (they hash every byte)" if missed else ""))
+    cold = ("The *cold* rows first asked the kernel to drop the files' cached pages "
+            "(`posix_fadvise(DONTNEED)`, no root needed), so they include reading from the disk; the kernel "
+            "may keep some pages, and the disk is a virtual one whose host may cache it."
+            if r["cold_cache_dropped_with_fadvise"] else
+            "The page cache could not be dropped here, so the *cold* rows are warm too.")
+    return [f"{r['rows']:,} rows × {r['dim']} {r['dtype']} ({r['bytes_on_disk'] / 1e6:.1f} MB on disk in "
+            f"{r['shards']} shards), best of {r['repeats']} rounds; MB/s count the bytes on disk, read into "
+            "one float32 array. The *warm* rows read files whose pages are in RAM (just written or read). "
+            + cold + " `verify=once` hashes a shard the first time a process opens it and trusts it after; "
+            "`always` hashes on every open; `never` only checks sizes and headers.", "",
+            *table(["read", "warm cache (MB/s)", "cold cache (MB/s)"], rows),
+            "Against the target: " + "; ".join(verdict) + ".", "",
+            "Writes: the store computes shards, converts to float16, hashes each shard, writes it beside its "
+            "name, fsyncs and renames; `np.save` returns once the bytes are in the page cache.", "",
+            *table(["write", "MB/s"], writes)]
+
+
+def training_section(report: dict) -> list[str]:
+    rows = []
+    for r in report["results"]:
+        rows.append([r["case"], f"{r['text_dim']}→{r['hidden_dim']}×{r['num_layers'] - 1}→{r['image_dim']}",
+                     r["batch_size"], r["rows"], r["precision"], r["steps_per_s"]["fit (resident tensors)"],
+                     r["steps_per_s"]["DataLoader(TensorDataset)"], r["batches_per_s"]["resident slices"],
+                     r["batches_per_s"]["DataLoader(TensorDataset)"], r["achieved_flop_per_s"] / 1e9,
+                     r["matmul_flop_per_s"] / 1e9])
+    return ["The ShareLock head (`lib.sharelock.ShareLock`, CLIP loss) on synthetic features. *steps/s*: full "
+            "optimiser steps (forward, backward, clipping, Adam); *batches/s*: the data path alone, no model. "
+            "FLOP/s of the step count its matmuls: " + report["flop_count_rule"], "",
+            *table(["case", "head (in→hidden×k→out)", "batch", "rows", "precision", "fit steps/s",
+                    "DataLoader steps/s", "resident batches/s", "DataLoader batches/s", "step GFLOP/s",
+                    "matmul GFLOP/s"], rows)]
+
+
+def scaling_section(report: dict, figure: str | None) -> list[str]:
+    c = report["config"]
+    rows = [[p["task"], p["rows"], p["seconds"], p["peak_added_mb"], p["peak_rss_mb"]] for p in report["points"]]
+    fits = []
+    for task, fit in report["fits"].items():
+        fits.append([task, fit["seconds"]["per_1000_rows"], fit["seconds"]["loglog_exponent"],
+                     fit["peak_added_mb"]["per_1000_rows"], fit["peak_added_mb"]["loglog_exponent"]])
+    lines = [f"Synthetic features {c['widths']['image']}-d (image) and {c['widths']['text']}-d (text), stored as "
+             f"{c['store_dtype']}; *precompute* writes both entries with a near-free compute function, so the "
+             f"store's cost is what grows; *train* reads them into resident float32 tensors and trains the "
+             f"small-config head ({c['head']['hidden_dim']} wide, {c['head']['num_layers']} layers) for "
+             f"{c['epochs']} epoch at batch {c['batch_size']}. Memory: {report['memory_measure']}. Resident "
+             f"features take {fmt(report['resident_feature_mb_per_1000_rows'])} MB per 1,000 rows "
+             f"(stored: {fmt(report['stored_feature_mb_per_1000_rows'])} MB), so training memory should grow "
+             "by about that, and precompute memory, which holds one shard at a time, should not grow at all.", ""]
+    if figure:
+        lines += [f"```{{figure}} {figure}", ":name: fig-performance-scaling",
+                  ":alt: two panels: seconds versus rows and peak added memory versus rows, for precompute and train", "",
+                  "Time (left) and peak added memory (right) of precompute into the store and of one training "
+                  "epoch, each size in a fresh process. A straight line means a cost linear in the rows; a flat "
+                  "one, a cost that does not grow.", "```", ""]
+    return lines + table(["step", "rows", "seconds", "peak added (MB)", "peak RSS (MB)"], rows) + [
+        "Least-squares fits over the sizes: cost per 1,000 rows, and the exponent of a log-log fit "
+        "(1 = linear; below 1 where a fixed start-up cost dominates the small sizes).", "",
+        *table(["step", "seconds per 1,000 rows", "time exponent", "MB per 1,000 rows", "memory exponent"], fits)]
+
+
+def text_section(report: dict) -> list[str]:
+    return [f"{report['captions']} emoji captions through `{report['model']}`, batch {report['batch_size']}: one "
+            "caption per forward pass (ShareLock's official loop) vs `lib.encoders.TextEncoder` (tokenise once, "
+            "sort by length, pad per batch). Padding wasted: "
+            f"{fmt(100 * report['padding_waste_sorted'])} % of token slots sorted vs "
+            f"{fmt(100 * report['padding_waste_unsorted'])} % unsorted; max |diff| of the features "
+            f"{fmt(report['max_abs_difference'])}.", ""]
+
+
+def facets_section(report: dict) -> list[str]:
+    rows = [[r["model"], r["captions"], r["facets"], r["embeddings_per_s"]["decoupled"],
+             r["embeddings_per_s"]["separate"], r["embeddings_per_s"]["stacked"], r["token_slots"]["decoupled"],
+             r["token_slots"]["separate"], r["max_abs_difference_vs_separate"]] for r in report["results"]]
+    return [f"FLAME's K facet prompts per caption ({report['captions_kind']} captions, facet set "
+            f"`{report['facet_set']}`): `lib.facets` runs the caption once and the K suffixes beside it.", "",
+            *table(["model", "captions", "facets", "decoupled emb/s", "separate emb/s", "stacked emb/s",
+                    "token slots decoupled", "token slots separate", "max abs diff"], rows)]
+
+
+SECTIONS = {"vision_features": vision_section, "store": store_section, "training": training_section,
+            "text_features": text_section, "facets": facets_section}
+
+
+def gpu_section(loaded) -> list[str]:
+    gpu = [label for label, _ in loaded if label.startswith("gpu/")]
+    lines = ["## GPU figures", ""]
+    if gpu:
+        lines += ["Measured on a GPU: " + ", ".join(f"`{g}.json`" for g in gpu) +
+                  " (their ratios are in the table above, their machines in the machine table).", ""]
+    else:
+        lines += ["**Not run here: needs a CUDA GPU.** No GPU was available to the session that produced "
+                  "these results. On a machine with one, these commands measure the GPU paths (bf16 autocast, "
+                  "features resident on the GPU, the paper's sizes) and this page picks the results up:", ""]
+    return lines + ["```bash", GPU_COMMANDS, "```", ""]
+
+
+# ----------------------------------------------------------------------------- figures
+
+def figure_paths(loaded) -> dict[str, str]:
+    """The figures the page shows for these results (page-relative paths), drawn or not yet."""
+    paths = {}
+    if any(ratios_of(_name(item), item[1]) for item in loaded):
+        paths["ratios"] = "figures/performance-ratios.png"
+    if any(_name(item) == "scaling" and not item[0].startswith("gpu/") for item in loaded):
+        paths["scaling"] = "figures/performance-scaling.png"
+    return paths
+
+
+def draw_figures(loaded, folder: Path) -> None:
+    """Draw the figures of :func:`figure_paths` (bar chart of every ratio, scaling curves) into ``folder``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sns.set_theme(style="whitegrid", context="paper")
+    rows = [{"ratio": r["name"], "value": r["value"], "benchmark": _name((label, report))}
+            for label, report in loaded for r in ratios_of(_name((label, report)), report)]
+    if rows:
+        frame = pd.DataFrame(rows)
+        colours = dict(zip(frame["benchmark"].unique(), sns.color_palette(n_colors=frame["benchmark"].nunique())))
+        fig, ax = plt.subplots(figsize=(9, 0.3 * len(frame) + 1.2))
+        y = range(len(frame))[::-1]  # first ratio on top
+        # bars grow from 1x: to the right where the candidate is faster, to the left where it is slower
+        ax.barh(list(y), frame["value"] - 1.0, left=1.0, color=[colours[b] for b in frame["benchmark"]])
+        for row, value in zip(y, frame["value"]):
+            ax.annotate(fmt_ratio(value), (value, row), xytext=(3 if value >= 1 else -3, 0), textcoords="offset points",
+                        va="center", ha="left" if value >= 1 else "right", fontsize=7)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_yticks(list(y), frame["ratio"], fontsize=7)
+        low, high = frame["value"].min(), frame["value"].max()
+        ax.set_xlim(min(low, 1.0) / 2.5, max(high, 1.0) * 2.5)
+        ax.set_xlabel("candidate rate / baseline rate (log scale; 1× = as fast as the baseline)")
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
+        ax.legend(handles, list(colours), title="benchmark", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+        fig.savefig(folder / "performance-ratios.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    scaling = [report for label, report in loaded if _name((label, report)) == "scaling" and not label.startswith("gpu/")]
+    if scaling:
+        points = pd.DataFrame(scaling[0]["points"])
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        for ax, column, label in ((axes[0], "seconds", "seconds"), (axes[1], "peak_added_mb", "peak added memory (MB)")):
+            sns.lineplot(points, x="rows", y=column, hue="task", marker="o", ax=ax)
+            ax.set_xlabel("rows (synthetic features)")
+            ax.set_ylabel(label)
+        fig.tight_layout()
+        fig.savefig(folder / "performance-scaling.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- the page
+
+def render(loaded, figures: dict[str, str]) -> str:
+    lines = ["% Generated by `python -m bench.render` from bench/results/*.json (written by `python -m bench`):",
+             "% do not edit (tests/test_bench.py checks that the data reproduce this page exactly).", "",
+             "# Performance", "",
+             "Speed is a feature of this book's library. Each benchmark in `bench/` runs a path that `lib` "
+             "takes beside the baseline a user would otherwise write, **in the same run, on the same inputs**, "
+             "and reports their ratio; absolute rates depend on the machine, so each result names its machine. "
+             "Reproduce every number on this page with", "",
+             "```bash", "make bench                 # = .venv/bin/python -m bench  (--quick: tiny sizes; --only NAME)",
+             ".venv/bin/python -m bench.render   # this page and its figures", "```", ""]
+    quick = [label for label, report in loaded if report.get("config", {}).get("quick") or report.get("quick")]
+    if quick:
+        lines += ["```{warning}", "These results were made with `--quick` (tiny sizes): "
+                  + ", ".join(quick) + ". Their ratios say nothing about speed.", "```", ""]
+    lines += ratios_section(loaded, figures.get("ratios"))
+    lines += machines_section(loaded)
+    for label, report in loaded:
+        name = _name((label, report))
+        if name not in SECTIONS and name != "scaling":
+            continue
+        device = machine_of(report).get("device") or "cpu"
+        lines += [f"## {TITLES.get(name, name)}" + (f" ({device})" if label.startswith("gpu/") else ""), "",
+                  f"From `bench/results/{label}.json`.", ""]
+        lines += scaling_section(report, figures.get("scaling")) if name == "scaling" else SECTIONS[name](report)
+    lines += gpu_section(loaded)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--page", default=str(PAGE))
+    parser.add_argument("--figures", default=str(FIGURES), help="folder for the PNGs (beside the page: figures/)")
+    parser.add_argument("--check", action="store_true", help="only compare with the committed page")
+    args = parser.parse_args(argv)
+    loaded = load(Path(args.results))
+    text = render(loaded, figure_paths(loaded))
+    if args.check:
+        same = Path(args.page).is_file() and Path(args.page).read_text() == text
+        print(f"{args.page} is up to date" if same else f"{args.page} differs: run python -m bench.render")
+        return 0 if same else 1
+    draw_figures(loaded, Path(args.figures))
+    Path(args.page).write_text(text)
+    print(f"wrote {args.page} and {', '.join(figure_paths(loaded).values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
