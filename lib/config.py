@@ -88,6 +88,8 @@ class TrainSettings:
     eval_every: int = 50
     patience: int | None = None
     seed: int = 0
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam's; FLAME's code: [0.9, 0.95]
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: forward + loss under bfloat16 autocast (GPU path)
 
 
 @dataclass(frozen=True)

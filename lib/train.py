@@ -97,6 +97,11 @@ class TrainConfig:
     the weights restored at the end are those of the lowest validation loss, whatever ``min_delta``
     (as Lightning's ModelCheckpoint next to its EarlyStopping in the official code).
     ``eval_every`` counts optimiser steps.
+
+    ``betas`` are Adam's (PyTorch's default (0.9, 0.999); FLAME's official code uses (0.9, 0.95)).
+    ``precision="bf16"`` runs every forward pass and loss under ``torch.autocast`` in bfloat16 (the
+    GPU path of the full configs: the weights and the optimiser stay fp32); ``"fp32"`` runs plain fp32.
+    See notebooks/sharelock.py, section "Training the head", and book/performance.md.
     """
 
     steps: int = 1000
@@ -112,8 +117,16 @@ class TrainConfig:
     patience: int | None = None
     device: str = "cpu"
     min_delta: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        if isinstance(self.betas, list):  # from YAML
+            self.betas = tuple(self.betas)
+        if not (len(self.betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1), e.g. [0.9, 0.999], got {self.betas!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16' (bfloat16 autocast), got {self.precision!r}")
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.batch_size < 1:
@@ -216,6 +229,14 @@ def _validation_loss(method: nn.Module, val: dict[str, torch.Tensor], n_val: int
         return total / count
     finally:
         method.train(was_training)
+
+
+def _autocast(precision: str, device: torch.device):
+    """bf16 autocast for ``precision="bf16"`` (forward and loss only; weights, gradients and the optimiser
+    stay fp32), a no-op for ``"fp32"``."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _total_grad_norm(params: list[nn.Parameter]) -> float:
@@ -374,7 +395,7 @@ def fit(
     # A method may say which parameters decay (FDT: the codebook and matrices, not norms or biases,
     # as its official code); otherwise every trainable parameter gets ``weight_decay``.
     groups = method.param_groups(config.weight_decay) if callable(getattr(method, "param_groups", None)) else params
-    optimizer = opt_cls(groups, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = opt_cls(groups, lr=config.lr, weight_decay=config.weight_decay, betas=tuple(config.betas))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: cosine_with_warmup(s, config.warmup_steps, config.steps)
     )
@@ -414,7 +435,7 @@ def fit(
                 batch = {k: v[rows] for k, v in train.items()}
                 # DDP: all-reduce the gradients once per optimiser step, after the last micro-batch
                 no_sync = ddp.no_sync() if ddp is not None and i < len(chunks) - 1 else contextlib.nullcontext()
-                with no_sync:
+                with no_sync, _autocast(config.precision, device):
                     loss = _as_scalar_loss(forward(batch))
                     share = chunk.numel() / idx.numel()
                     (loss * share).backward()
@@ -443,7 +464,7 @@ def fit(
             history.append(record)
 
             if val is not None and (step % config.eval_every == 0 or step == config.steps):
-                with distributed.no_gather():  # every rank: the whole validation set, its own negatives
+                with distributed.no_gather(), _autocast(config.precision, device):  # every rank: the whole validation set, its own negatives
                     val_loss = _validation_loss(method, val, n_val, micro)
                 val_loss = distributed.broadcast_float(val_loss)  # one decision for all ranks
                 record["val_loss"] = val_loss

@@ -580,7 +580,7 @@ print("\n".join(lines))
 # | position ids | each facet equal to its own pass | *contiguous* across facets (facets 2..K differ from separate passes) | *reset*: checked equal to separate passes above; `positions: contiguous` reproduces the code |
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached EfficientNet-Lite0 feature; only the MLP trains (hidden 1,024, on one pooled vector) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE, τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 main run; the sigmoid loss compared (all K positives) |
-# | optimiser | AdamW | AdamW, β₂ = 0.95 | AdamW, PyTorch's β₂ = 0.999 (`lib.train.fit` exposes no betas) |
+# | optimiser | AdamW | AdamW, β₂ = 0.95 | AdamW, PyTorch's β₂ = 0.999 in the small config (90 steps); the full config sets the code's `betas: [0.9, 0.95]` |
 # | data | CC3M / YFCC15M, re-captioned long | same | 400 emoji with CLDR long captions |
 # | headline | IN-1k 36.0 (CLIP 16.0); Urban-1k R@1 65.3 / 66.6; prompts 1→7: Urban T2I 41.3 → 66.6 | — | this run, below |
 #

@@ -356,3 +356,42 @@ def test_config_and_input_validation():
 
     with pytest.raises(ValueError, match="scalar"):
         fit(Vector(), {"x": torch.randn(5, 1)}, None, TrainConfig(steps=1), progress=False)
+
+
+def test_betas_reach_the_optimiser_and_bad_values_are_refused():
+    config = TrainConfig(steps=1, batch_size=8, betas=[0.9, 0.95])  # a YAML list becomes a tuple
+    assert config.betas == (0.9, 0.95)
+    torch.manual_seed(0)
+    method = PairMethod(LinearHead(16, 8))
+    seen = {}
+    original = torch.optim.Adam.__init__
+
+    def spy(self, params, **kwargs):
+        seen.update(kwargs)
+        original(self, params, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "__init__", spy)
+        fit(method, toy_pairs(32, seed=1), None, config, progress=False)
+    assert seen["betas"] == (0.9, 0.95)
+    with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\)"):
+        TrainConfig(betas=(0.9, 1.0))
+
+
+def test_bf16_precision_runs_the_loss_under_autocast_and_tracks_fp32():
+    with pytest.raises(ValueError, match="precision must be 'fp32' or 'bf16'"):
+        TrainConfig(precision="fp16")
+    dtypes = []
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        method = PairMethod(LinearHead(16, 8))
+        if precision == "bf16":
+            method.head.proj.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
+        result = fit(method, toy_pairs(64, seed=1), None, TrainConfig(steps=20, batch_size=16, warmup_steps=0,
+                                                                     precision=precision), progress=False)
+        runs[precision] = [r["train_loss"] for r in result.history]
+        assert all(p.dtype == torch.float32 for p in method.parameters())  # weights stay fp32
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert runs["bf16"] != runs["fp32"]  # autocast really changed the arithmetic ...
+    assert runs["bf16"] == pytest.approx(runs["fp32"], rel=5e-2)  # ... and only by bf16 rounding
