@@ -432,6 +432,8 @@ def facet_features(
     source: dict,
     ids: Sequence[str] | None = None,
     device: str = "cpu",
+    rank: int = 0,
+    world_size: int = 1,
 ):
     """Facet embeddings of ``captions`` as ``CachedFeatures`` of shape ``[N*K, D]``, computed on a miss.
 
@@ -439,6 +441,9 @@ def facet_features(
     so ``features.tensor().view(N, K, D)`` recovers ``[N, K, D]`` — the image-major layout of the
     official multi-positive loss. A shard that cuts a caption's facets recomputes that caption's K
     facets and keeps the rows it needs (at most two extra captions per shard).
+
+    ``rank``/``world_size`` split the shards across processes as in ``lib.features.text_features``
+    (``None`` until every rank's shards exist; ``lib.precompute``). The defaults are one process.
     """
     captions = list(captions)
     ids = list(ids) if ids is not None else [str(i) for i in range(len(captions))]
@@ -455,4 +460,4 @@ def facet_features(
         return block[torch.as_tensor(rows - first * k)]
 
     return store.get_or_compute(facet_spec(cfg, captions, source), facet_ids(ids, k), compute,
-                                desc=f"facets {cfg.name}")
+                                rank=rank, world_size=world_size, desc=f"facets {cfg.name}")

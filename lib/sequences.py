@@ -366,11 +366,15 @@ def text_sequences(
     ids: Sequence[str] | None = None,
     device: str = "cpu",
     shard_tokens: int = 1 << 16,
-) -> SequenceFeatures:
+    rank: int = 0,
+    world_size: int = 1,
+) -> SequenceFeatures | None:
     """Per-token features of ``texts`` (rows in the given order), computed only if the store misses.
 
     The sequence analogue of ``lib.features.text_features``: same model, layer, ``max_length`` and key
     fields, with ``pooling`` replaced by the whole sequence. ``cfg.pooling`` does not matter here.
+    ``rank``/``world_size`` split the token shards across processes (:func:`sequence_features`;
+    ``lib.precompute``); the defaults are one process.
     """
     from lib import features
 
@@ -385,8 +389,8 @@ def text_sequences(
     def compute(rows: np.ndarray) -> list[torch.Tensor]:
         return text_token_states(features.text_encoder(cfg, device), [texts[i] for i in rows])
 
-    return sequence_features(store, spec, ids, lengths, compute, shard_tokens=shard_tokens,
-                             desc=f"text tokens {cfg.name}")
+    return sequence_features(store, spec, ids, lengths, compute, shard_tokens=shard_tokens, rank=rank,
+                             world_size=world_size, desc=f"text tokens {cfg.name}")
 
 
 def image_sequences(
@@ -399,11 +403,14 @@ def image_sequences(
     tokens: str = "all",
     device: str = "cpu",
     shard_tokens: int = 1 << 16,
-) -> SequenceFeatures:
+    rank: int = 0,
+    world_size: int = 1,
+) -> SequenceFeatures | None:
     """Per-patch features of the images ``load_image(0..n-1)``, computed only if the store misses.
 
     The sequence analogue of ``lib.features.image_features``. Every image has the same number of tokens
     (fixed-size eval preprocessing); it is measured once on the first image of each lengths shard.
+    ``rank``/``world_size`` split the token shards across processes, as for :func:`text_sequences`.
     """
     from lib import features
     from lib.features import digest
@@ -421,5 +428,5 @@ def image_sequences(
     def compute(rows: np.ndarray) -> torch.Tensor:
         return image_token_states(encoder, [load_image(int(i)) for i in rows], tokens)
 
-    return sequence_features(store, spec, list(ids), lengths, compute, shard_tokens=shard_tokens,
-                             desc=f"image tokens {cfg.name}")
+    return sequence_features(store, spec, list(ids), lengths, compute, shard_tokens=shard_tokens, rank=rank,
+                             world_size=world_size, desc=f"image tokens {cfg.name}")

@@ -134,8 +134,34 @@ def test_the_notebooks_own_call_finds_the_precomputed_entry(stores):
     assert cached.shards_computed == 0 and len(cached) == LIMIT
 
 
+@pytest.mark.slow  # a real model (MiniLM); runs in CI all the same
+def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_path):
+    """A lib.sequences entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
+    shards) on 2 ranks and in one process (in this process: no second launch), then the notebook's call."""
+    from lib import datasets, fdt, precompute
+    from lib.sequences import text_sequences
+    from lib.store import FeatureStore
+
+    def command(name: str) -> list[str]:
+        return ["-m", "lib.precompute", "--chapter", "fdt", "--limit", "8", "--shard-rows", "12",
+                "--only", "text-tokens:*:emoji-train-google", "--store", str(tmp_path / name),
+                "--report", str(tmp_path / f"{name}.json")]
+
+    _run(command("two"), nproc=2)
+    assert precompute.main(command("one")[2:]) == 0
+    assert _files(tmp_path / "two") == _files(tmp_path / "one")  # tokens, lengths, manifests: same bytes
+    (entry,) = json.loads((tmp_path / "two.json").read_text())["entries"]
+    assert (entry["rows"], entry["items"], entry["shards"]) == (48, 8, 4), entry
+    assert entry["computed_by_rank"] == [[0, 2], [1, 3]] and entry["completed_by_rank_0"] == [], entry
+    cfg = fdt.load_config("small", {"data": {"limit": 8}})  # notebooks/fdt.py's text_seqs, with data.limit 8
+    train = datasets.build_benchmark(cfg.data).train
+    store = FeatureStore(tmp_path / "two", dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows, verify="always")
+    seqs = text_sequences(store, cfg.text, train.captions, source=train.source, device=cfg.device)
+    assert seqs.shards_computed == 0 and seqs.key == entry["key"] and seqs.num_tokens == 48
+
+
 @pytest.mark.parametrize("argv, expected", [
-    (["--chapter", "sharelok"], "unknown chapter 'sharelok': lib.precompute knows sharelock"),
+    (["--chapter", "sharelok"], "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows fdt,"),
     (["--chapter", "sharelock", "--config", "medium"], "'medium' is not allowed; expected one of small, full"),
     (["--chapter", "sharelock", "--only", "text:nothing*"], "--only text:nothing* matches none of the"),
     (["--chapter", "sharelock", "--limit", "0"], "--limit 0: expected a positive number of rows"),
