@@ -254,8 +254,8 @@ def text_section(report: dict) -> list[str]:
             "bound by the model's arithmetic here: the official loop pads nothing, so batching can only save the "
             "per-call overhead, while sorted batches still pad "
             f"{fmt(100 * report['padding_waste_sorted'])} % of their slots. A GPU is the opposite case: one "
-            "caption per forward pass leaves it mostly idle, which is where the paper's 8 GPU-hours for 563k "
-            "captions come from; the GPU command below measures it.", ""]
+            "caption per forward pass leaves it mostly idle (the paper reports 8 GPU-hours for 563k "
+            "captions with Llama-3-8B); the GPU command below measures the gap.", ""]
 
 
 def facets_section(report: dict) -> list[str]:
