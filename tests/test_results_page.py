@@ -71,3 +71,14 @@ def test_the_chapter_as_run_now_still_writes_every_metric_the_page_needs(chapter
         for analogue in claim["analogues"]:
             value = results_page.lookup(metrics, analogue["metric"], chapter)
             results_page.fmt(value, analogue.get("percent", False))  # a finite number
+
+
+def test_the_page_shows_a_figure_of_every_percentage(tmp_path):
+    from PIL import Image
+
+    path = results_page.figure(path=tmp_path / "results.png")
+    width, height = Image.open(path).size
+    n_bars = sum(a.get("percent", False) for c in CHAPTERS for claim in PAPERS[c]["claims"] for a in claim["analogues"])
+    assert width > 600 and height > 20 * n_bars  # one labelled bar per number
+    assert "figures/results-small-config.png" in results_page.PAGE.read_text()
+    assert results_page.FIGURE.is_file()

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "book" / "papers.yaml"
 METRICS = ROOT / "book" / "metrics"
 PAGE = ROOT / "book" / "results.md"
+FIGURE = ROOT / "book" / "figures" / "results-small-config.png"
 
 
 class MissingMetric(KeyError):
@@ -112,6 +113,14 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         "the spread. Small-config numbers are not comparable in size with the papers': other data,",
         "other models, 10³–10⁴ times less compute. Compare the *direction* of each finding.",
         "",
+        "```{figure} figures/results-small-config.png",
+        ":name: fig-results-small-config",
+        ":alt: horizontal bars, one per small-config number of the tables below, grouped by chapter",
+        "",
+        "Every small-config number of the tables below, grouped by chapter (the labels are the tables'",
+        "analogue column). Within a chapter, compare a method with its baseline and with chance.",
+        "```",
+        "",
     ]
     for chapter in chapters:
         if chapter not in papers:
@@ -134,6 +143,43 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
     return "\n".join(lines)
 
 
+def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path = FIGURE) -> Path:
+    """A bar chart of every percentage analogue on the page, grouped by chapter (seaborn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    papers = load_papers() if papers is None else papers
+    rows = []
+    for chapter in toc_chapters():
+        info, metrics = papers[chapter], load_metrics(chapter, metrics_dir)
+        for claim in info["claims"]:
+            for analogue in claim["analogues"]:
+                if analogue.get("percent"):
+                    value = lookup(metrics, analogue["metric"], chapter)
+                    rows.append({"chapter": info["title"], "number": f"{info['title']}: {analogue['label']}",
+                                 "percent": 100 * value})
+    frame = pd.DataFrame(rows)
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axis = plt.subplots(figsize=(10, 0.34 * len(frame) + 1.2))
+    sns.barplot(data=frame, y="number", x="percent", hue="chapter", dodge=False, ax=axis)
+    for bar_value, y in zip(frame["percent"], range(len(frame))):
+        axis.text(bar_value + 0.3, y, f"{bar_value:.1f}", va="center", fontsize=8)
+    axis.set(xlabel="% (small config, mean over seeds)", ylabel="")
+    axis.tick_params(axis="y", labelsize=8)
+    axis.legend(title="chapter", loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Render book/results.md from book/papers.yaml and chapter metrics.")
     parser.add_argument("--metrics", type=Path, default=METRICS, help="folder of <chapter>.json (default book/metrics)")
@@ -145,10 +191,11 @@ def main() -> None:
             sys.exit("book/results.md is out of date: run `python -m tools.results_page`")
         print("book/results.md is up to date")
         return
+    figure(metrics_dir=args.metrics)
     tmp = PAGE.with_name(f".{PAGE.name}.tmp")
     tmp.write_text(page)
     tmp.replace(PAGE)  # atomic: a reader never sees half a page
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+    print(f"wrote {PAGE.relative_to(ROOT)} and {FIGURE.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
