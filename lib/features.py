@@ -21,8 +21,7 @@ from lib.models import resolve
 from lib.store import CachedFeatures, FeatureStore
 
 _TEXT_ENCODERS: dict[TextModelConfig, TextEncoder] = {}
-# Keyed by the config (eager backend: the key tests and notebooks seed) or by (config, backend).
-_VISION_ENCODERS: dict[VisionModelConfig | tuple[VisionModelConfig, str], VisionEncoder] = {}
+_VISION_ENCODERS: dict[tuple[VisionModelConfig, str], VisionEncoder] = {}  # keyed by (config, backend)
 
 
 def digest(items: Sequence[str]) -> str:
@@ -41,7 +40,7 @@ def text_encoder(cfg: TextModelConfig, device: str = "cpu") -> TextEncoder:
 
 def vision_encoder(cfg: VisionModelConfig, device: str = "cpu", backend: str = "eager") -> VisionEncoder:
     """The encoder of ``cfg``, built once per config and backend; ``backend="onnx"``: ONNX Runtime."""
-    key = cfg if backend == "eager" else (cfg, backend)
+    key = (cfg, backend)
     if key not in _VISION_ENCODERS:
         _VISION_ENCODERS[key] = VisionEncoder(
             cfg.name, library=cfg.library, image_size=cfg.image_size, crop_pct=cfg.crop_pct,

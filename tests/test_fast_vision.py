@@ -60,7 +60,7 @@ def test_features_module_keeps_eager_and_onnx_encoders_apart(efficientnet, monke
     from lib.config import VisionModelConfig
 
     cfg = VisionModelConfig(**VISION_MODELS["efficientnet"])
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {cfg: efficientnet})
+    monkeypatch.setattr(features, "_VISION_ENCODERS", {(cfg, "eager"): efficientnet})
     fast = features.vision_encoder(cfg, backend="onnx")
     assert features.vision_encoder(cfg) is efficientnet and fast is not efficientnet
     assert fast.backend == "onnx" and features.vision_encoder(cfg, backend="onnx") is fast

@@ -96,7 +96,7 @@ def test_text_layer_is_honoured(store, monkeypatch, minilm):
 
 
 def test_image_features_are_computed_once(store, monkeypatch, efficientnet, emoji_images):
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {VISION_CFG: efficientnet})
+    monkeypatch.setattr(features, "_VISION_ENCODERS", {(VISION_CFG, "eager"): efficientnet})
     loads = []
 
     def load_image(i):
@@ -122,7 +122,7 @@ def test_image_features_are_computed_once(store, monkeypatch, efficientnet, emoj
 
 
 def test_image_key_includes_preprocessing(store, monkeypatch, efficientnet, emoji_images):
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {VISION_CFG: efficientnet})
+    monkeypatch.setattr(features, "_VISION_ENCODERS", {(VISION_CFG, "eager"): efficientnet})
     ids = ["a", "b"]
     base = features.image_features(store, VISION_CFG, emoji_images.__getitem__, ids, source=SOURCE)
     smaller = VisionModelConfig(**{**VISION_MODELS["efficientnet"], "image_size": 96})

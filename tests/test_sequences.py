@@ -171,7 +171,7 @@ def test_minilm_tokens_mean_pool_to_lib_text_feature(tmp_path, monkeypatch, mini
 @pytest.mark.usefixtures("single_thread")
 def test_dinov2_patches_first_token_is_lib_image_feature(tmp_path, monkeypatch, dinov2, emoji_images):
     cfg = VisionModelConfig(**VISION_MODELS["dinov2"])
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {cfg: dinov2})
+    monkeypatch.setattr(features, "_VISION_ENCODERS", {(cfg, "eager"): dinov2})
     images = emoji_images[:2]
     store = FeatureStore(tmp_path, dtype="float16")
     seqs = sequences.image_sequences(store, cfg, lambda i: images[i], ["a", "b"], source=SOURCE)
