@@ -79,7 +79,6 @@ quick = False  # True: the first seed only, every variant once (a first look; th
 output_dir = "runs/fdt"  # where metrics.json is written
 
 # %%
-import json
 import os
 import time
 from pathlib import Path
@@ -92,16 +91,13 @@ import torch
 
 from lib import config as configs
 from lib import datasets, features, fdt, paths, train
-from lib.atomic import write_json
 from lib.sequences import image_sequences, text_sequences
 from lib.sharelock import prompts
 from lib.sparsemax import sparsemax
+from lib import notebook
 from lib.store import FeatureStore
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -573,7 +569,7 @@ metrics = {
     "seconds": round(time.time() - started, 1),
     "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "numpy")},
 }
-write_json(out / "metrics.json", json.loads(json.dumps(metrics, default=float)))
+notebook.write_metrics(out, metrics)
 print(f"wrote {out / 'metrics.json'} after {metrics['seconds']} s")
 
 # %% [markdown]

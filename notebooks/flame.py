@@ -90,16 +90,14 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import atomic, datasets, facets, features, flame, paths, train
+from lib import datasets, facets, features, flame, paths, train
 from lib import config as configs
 from lib import three_towers as tt
 from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib import notebook
 from lib.store import FeatureStore
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -634,7 +632,7 @@ summary = {
 }
 out = Path(output_dir)
 out.mkdir(parents=True, exist_ok=True)
-atomic.write_json(out / "metrics.json", json.loads(json.dumps(summary, default=float)))
+notebook.write_metrics(out, summary)
 print(f"wrote {out / 'metrics.json'} after {summary['seconds']:.0f} s")
 
 # %% [markdown]

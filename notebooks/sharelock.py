@@ -72,7 +72,6 @@ quick = False  # True: train only the main pair (a first look; the tests' rerun)
 output_dir = "runs/sharelock"  # where metrics.json is written
 
 # %%
-import json
 import os
 import time
 from pathlib import Path
@@ -86,12 +85,10 @@ from lib import config as configs
 from lib import datasets, emoji, features, paths, train
 from lib.clip_model import FrozenFeatureCLIP
 from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib import notebook
 from lib.store import FeatureStore
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -535,7 +532,7 @@ metrics = {
     "seconds": round(time.time() - started, 1),
     "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "timm", "open_clip")},
 }
-(out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
+notebook.write_metrics(out, metrics)
 print(f"wrote {out / 'metrics.json'} after {metrics['seconds']} s")
 
 # %% [markdown]

@@ -79,7 +79,6 @@ output_dir = "runs/three_towers"  # where metrics.json is written
 
 # %%
 import inspect
-import json
 import os
 import time
 from pathlib import Path
@@ -90,15 +89,13 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import atomic, datasets, paths, train
+from lib import datasets, paths, train
 from lib import config as configs
 from lib import three_towers as tt
+from lib import notebook
 from lib.store import FeatureStore
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -447,7 +444,7 @@ summary = {
 }
 out = Path(output_dir)
 out.mkdir(parents=True, exist_ok=True)
-atomic.write_json(out / "metrics.json", json.loads(json.dumps(summary, default=float)))
+notebook.write_metrics(out, summary)
 print(f"wrote {out / 'metrics.json'} after {summary['seconds']:.0f} s")
 
 # %% [markdown]

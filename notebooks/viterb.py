@@ -77,7 +77,6 @@ quick = False  # True: one seed, no second vision model (a first look)
 output_dir = "runs/viterb"  # where metrics.json is written
 
 # %%
-import json
 import os
 import time
 from pathlib import Path
@@ -90,12 +89,10 @@ import torch
 import yaml
 
 from lib import features, manifests, paths, viterb, wordnet
+from lib import notebook
 from lib.store import FeatureStore
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1" if config == "small" else "0")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # OMP_NUM_THREADS wins on a shared machine
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -557,7 +554,7 @@ metrics = {
     "seconds": round(time.time() - started, 1),
     "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "timm")},
 }
-(out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
+notebook.write_metrics(out, metrics)
 print(f"wrote {out / 'metrics.json'} after {metrics['seconds']} s")
 
 # %% [markdown]
