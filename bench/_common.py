@@ -129,9 +129,9 @@ def setup_threads(threads: int | None) -> None:
 def write_report(report: dict, out: str | os.PathLike) -> Path:
     """Write the result JSON (refusing NaN/inf: every number on the page must be a real measurement).
 
-    Atomically (``lib.atomic.write_bytes``): a benchmark stopped mid-write never leaves a truncated JSON
+    Atomically (``lib.core.atomic.write_bytes``): a benchmark stopped mid-write never leaves a truncated JSON
     that ``bench.render`` would read as a result."""
-    from lib.atomic import write_bytes
+    from lib.core.atomic import write_bytes
 
     path = Path(out)
     write_bytes(path, (json.dumps(report, indent=2, allow_nan=False) + "\n").encode())

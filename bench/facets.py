@@ -2,7 +2,7 @@
 
 FLAME embeds every caption under K facet prompts. Run naively that is K forward passes over the same
 caption (``separate``: one left-padded batch per facet) or one pass over a K-times-larger batch of the
-N*K full prompts (``stacked``). ``lib.facets`` runs the caption once and the K short suffixes beside
+N*K full prompts (``stacked``). ``lib.core.facets`` runs the caption once and the K short suffixes beside
 it (``decoupled``). All three run here on the same captions and model, in the same process; the report
 is their ratios (and the tokens each pushes through the model), never an absolute number alone.
 
@@ -17,8 +17,8 @@ import time
 import torch
 
 from bench import _common
-from lib import emoji
-from lib.facets import FACET_SETS, FacetEncoder
+from lib.data import emoji
+from lib.core.facets import FACET_SETS, FacetEncoder
 
 NAME = "facets"
 MODELS = ("offline/smollm2-135m-instruct", "offline/gemma-3-270m")
@@ -131,7 +131,7 @@ def ratios(report: dict) -> list[dict]:
         for other, label in (("separate", "K separate passes"), ("stacked", "one K-times-larger batch")):
             out.append(_common.ratio(
                 f"facets {r['model'].split('/')[-1]}: decoupled attention vs {label}", r[f"speedup_vs_{other}"],
-                baseline=f"{label} ({other})", candidate="lib.facets decoupled attention", measure="embeddings/s",
+                baseline=f"{label} ({other})", candidate="lib.core.facets decoupled attention", measure="embeddings/s",
                 baseline_value=rates[other], candidate_value=rates["decoupled"], unit="embeddings/s"))
     return out
 

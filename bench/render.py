@@ -208,7 +208,7 @@ def training_section(report: dict) -> list[str]:
                      r["steps_per_s"]["DataLoader(TensorDataset)"], r["batches_per_s"]["resident slices"],
                      r["batches_per_s"]["DataLoader(TensorDataset)"], r["achieved_flop_per_s"] / 1e9,
                      r["matmul_flop_per_s"] / 1e9])
-    return ["The ShareLock head (`lib.sharelock.ShareLock`, CLIP loss) on synthetic features. *steps/s*: full "
+    return ["The ShareLock head (`lib.methods.sharelock.ShareLock`, CLIP loss) on synthetic features. *steps/s*: full "
             "optimiser steps (forward, backward, clipping, Adam); *batches/s*: the data path alone, no model. "
             "FLOP/s of the step count its matmuls: " + report["flop_count_rule"], "",
             *table(["case", "head (in→hidden×k→out)", "batch", "rows", "precision", "fit steps/s",
@@ -245,7 +245,7 @@ def scaling_section(report: dict, figure: str | None) -> list[str]:
 
 def text_section(report: dict) -> list[str]:
     return [f"{report['captions']} emoji captions through `{report['model']}`, batch {report['batch_size']}: one "
-            "caption per forward pass (ShareLock's official loop) vs `lib.encoders.TextEncoder` (tokenise once, "
+            "caption per forward pass (ShareLock's official loop) vs `lib.core.encoders.TextEncoder` (tokenise once, "
             "sort by length, pad per batch). Padding wasted: "
             f"{fmt(100 * report['padding_waste_sorted'])} % of token slots sorted vs "
             f"{fmt(100 * report['padding_waste_unsorted'])} % unsorted; max |diff| of the features "
@@ -263,7 +263,7 @@ def facets_section(report: dict) -> list[str]:
              r["embeddings_per_s"]["separate"], r["embeddings_per_s"]["stacked"], r["token_slots"]["decoupled"],
              r["token_slots"]["separate"], r["max_abs_difference_vs_separate"]] for r in report["results"]]
     return [f"FLAME's K facet prompts per caption ({report['captions_kind']} captions, facet set "
-            f"`{report['facet_set']}`): `lib.facets` runs the caption once and the K suffixes beside it.", "",
+            f"`{report['facet_set']}`): `lib.core.facets` runs the caption once and the K suffixes beside it.", "",
             *table(["model", "captions", "facets", "decoupled emb/s", "separate emb/s", "stacked emb/s",
                     "token slots decoupled", "token slots separate", "max abs diff"], rows)]
 

@@ -9,7 +9,7 @@ cannot hide in another's:
   function (seeded Gaussian rows), so what is timed is the store (fp16 conversion, checksums, atomic
   writes), not an encoder;
 * **train**: open those entries, read them into resident float32 tensors and train the small-config
-  ShareLock head (``lib.train.fit``) for one epoch (rows / batch steps).
+  ShareLock head (``lib.core.train.fit``) for one epoch (rows / batch steps).
 
 Memory is the process's peak resident set size (``VmHWM`` in ``/proc/self/status``, which counts
 NumPy, torch and everything else alike; Python's ``tracemalloc`` would miss torch's allocations)
@@ -68,14 +68,14 @@ def worker(task: str, rows: int, root: Path) -> dict:
     """One step at one size, in this (fresh) process; returns seconds and memory."""
     import torch
 
-    from lib.store import FeatureStore
+    from lib.core.store import FeatureStore
 
     store = FeatureStore(root)
     ids = [str(i) for i in range(rows)]
     if task == "train":
-        from lib.config import HeadConfig, LossConfig
-        from lib.sharelock import ShareLock
-        from lib.train import TrainConfig, fit, seed_everything
+        from lib.core.config import HeadConfig, LossConfig
+        from lib.methods.sharelock import ShareLock
+        from lib.core.train import TrainConfig, fit, seed_everything
 
         import torch._dynamo  # noqa: F401  (torch.optim imports it on the first step: a one-off ~1 s, not a cost per row)
     before = _rss_mb()

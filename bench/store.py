@@ -1,4 +1,4 @@
-"""Benchmark: feature-store throughput, ``lib.store`` vs plain NumPy on the same bytes.
+"""Benchmark: feature-store throughput, ``lib.core.store`` vs plain NumPy on the same bytes.
 
 The store adds safety to plain ``.npy`` files: atomic writes with fsync, a sha256 per shard, checks
 of every shard against its sidecar on read. This measures what that costs.
@@ -59,7 +59,7 @@ def read_raw(files: list[Path], rows: int, dim: int) -> np.ndarray:
 
 
 def read_store(root: Path, spec: dict, policy: str) -> np.ndarray:
-    from lib import store
+    from lib.core import store
 
     verify = policy.split()[0]
     if policy == "once (first open)":
@@ -68,7 +68,7 @@ def read_store(root: Path, spec: dict, policy: str) -> np.ndarray:
 
 
 def measure(rows: int, dim: int, shard_rows: int, repeats: int, workdir: Path) -> dict:
-    from lib import store
+    from lib.core import store
 
     rng = np.random.default_rng(0)
     features = rng.standard_normal((rows, dim), dtype=np.float32)

@@ -1,7 +1,7 @@
 """Benchmark: batched, length-sorted text features vs one caption at a time (the official loop).
 
 ShareLock's official precompute runs the LLM on one caption per forward pass (8 GPU-hours for 563k
-captions with Llama-3-8B). ``lib.encoders.TextEncoder`` tokenises once, sorts by length and pads
+captions with Llama-3-8B). ``lib.core.encoders.TextEncoder`` tokenises once, sorts by length and pads
 per batch. Both paths run here on the same captions and model, in the same process, and the report
 is their ratio (and the padding each batching wastes), never an absolute number alone.
 
@@ -15,8 +15,8 @@ import time
 import torch
 
 from bench import _common
-from lib import emoji
-from lib.encoders import TextEncoder
+from lib.data import emoji
+from lib.core.encoders import TextEncoder
 
 NAME = "text_features"
 

@@ -1,6 +1,6 @@
 """Benchmark: one training step of the ShareLock head, resident tensors vs a DataLoader, and its FLOP/s.
 
-``lib.train.fit`` keeps the features resident as tensors and slices each batch out of them with a
+``lib.core.train.fit`` keeps the features resident as tensors and slices each batch out of them with a
 seeded permutation (DESIGN.md §2). The baseline is the usual PyTorch loop: ``DataLoader`` over a
 ``TensorDataset`` of the same tensors (``shuffle=True``, same batch size, no workers), with the same
 model, optimiser (Adam), cosine schedule and gradient clipping. Both run here on the same synthetic
@@ -39,9 +39,9 @@ QUICK = dict(rows=1024, steps=4, batch_size=128)
 
 
 def build(case: dict, device: str):
-    from lib.config import HeadConfig, LossConfig
-    from lib.sharelock import ShareLock
-    from lib.train import seed_everything
+    from lib.core.config import HeadConfig, LossConfig
+    from lib.methods.sharelock import ShareLock
+    from lib.core.train import seed_everything
 
     seed_everything(0)
     head = HeadConfig(hidden_dim=case["hidden_dim"], num_layers=case["num_layers"], dropout=0.2)
@@ -60,7 +60,7 @@ def autocast(device: str):
 
 
 def run_fit(case: dict, data: dict, steps: int, device: str) -> None:
-    from lib.train import TrainConfig, fit
+    from lib.core.train import TrainConfig, fit
 
     config = TrainConfig(steps=steps, batch_size=case["batch_size"], warmup_steps=min(10, steps), eval_every=steps,
                          device=device)
@@ -72,7 +72,7 @@ def run_dataloader(case: dict, data: dict, steps: int, device: str) -> None:
     """The baseline: what fit does per step, with batches from a DataLoader instead of resident slices."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    from lib.train import cosine_with_warmup
+    from lib.core.train import cosine_with_warmup
 
     method = build(case, device)
     params = [p for p in method.parameters() if p.requires_grad]
@@ -204,7 +204,7 @@ def ratios(results: list[dict]) -> list[dict]:
         rates = r["steps_per_s"]
         out.append(_common.ratio(
             f"training {r['case']}: resident tensors vs DataLoader", r["speedup"],
-            baseline="DataLoader(TensorDataset, shuffle=True)", candidate="lib.train.fit (resident tensors)",
+            baseline="DataLoader(TensorDataset, shuffle=True)", candidate="lib.core.train.fit (resident tensors)",
             measure="optimiser steps/s", baseline_value=rates["DataLoader(TensorDataset)"],
             candidate_value=rates["fit (resident tensors)"], unit="steps/s"))
         batches = r["batches_per_s"]

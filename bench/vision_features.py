@@ -1,6 +1,6 @@
 """Benchmark: vision feature extraction, eager PyTorch vs the fast path ``lib`` offers.
 
-On CPU the fast path is ``VisionEncoder(..., backend="onnx")`` (``lib.onnx_vision``: the same network
+On CPU the fast path is ``VisionEncoder(..., backend="onnx")`` (``lib.core.onnx_vision``: the same network
 exported once to ONNX and run by ONNX Runtime); on a CUDA GPU it is bf16 autocast with channels-last
 memory. Both paths run here on the same real images (emoji drawings) and the same preprocessing, in
 the same process, interleaved; the report is their ratio, for the network alone (pixels already
@@ -34,7 +34,7 @@ QUICK_CASES = ("efficientnet-lite0@128",)
 
 def load_images(n: int) -> list:
     """``n`` real emoji drawings (Noto, 64 px RGBA), spread over the whole set."""
-    from lib import emoji
+    from lib.data import emoji
 
     concepts = emoji.load_concepts()
     step = max(1, len(concepts) // n)
@@ -62,7 +62,7 @@ def run_all(forward, pixels: torch.Tensor, batch_size: int) -> torch.Tensor:
 
 
 def measure_case(case: str, images: list, batch_size: int, repeats: int, device: str) -> dict:
-    from lib.encoders import VisionEncoder, to_rgb
+    from lib.core.encoders import VisionEncoder, to_rgb
 
     name, library, size = CASES[case]
     common = dict(library=library, image_size=size, crop_pct=1.0, batch_size=batch_size, device=device)

@@ -1,13 +1,25 @@
 """Language-image pre-training on frozen features: the library behind the book.
 
-One module per concern (see ``book/intro.md`` for the map):
-``encoders`` (frozen text and vision models -> features), ``store`` (the cached-feature store),
-``heads`` and ``losses`` (what is trained), ``train`` (one loop for every method),
-``evaluate`` (zero-shot classification and retrieval), ``data`` (corpora and manifests),
-``config`` (validated small/full configs), ``models`` (where each named model's weights come from).
+Layers, each importing only the ones above it in this list (tests/test_layout.py checks it):
+
+* ``lib.core``: the infrastructure no paper owns: validated configs, frozen encoders, the cached-feature
+  store and the feature plans it serves, one training loop, zero-shot and retrieval metrics, results;
+* ``lib.data``: the datasets (emoji, Fashion-MNIST, WordNet, the full configs' loaders) and manifests;
+* ``lib.nn``: building blocks: heads, every loss, sparsemax, towers trained from scratch;
+* ``lib.methods``: the papers' methods (ShareLock, FLAME, Three Towers, FDT), importable on their own;
+* ``lib.chapters``: one module per chapter of the book: its config schema, benchmark, feature plan,
+  experiments and claims (a chapter never imports another chapter);
+* ``lib.precompute``: a chapter's feature plan on one process or many.
+
+See ``book/intro.md`` for the map and book/design.md for the store.
 """
-from lib import torchvision_fix as _torchvision_fix
+import warnings as _warnings
+
+from lib.core import torchvision_fix as _torchvision_fix
 
 _torchvision_fix.apply()
+# tqdm.auto warns on import in a Jupyter kernel without ipywidgets; the book's bars are off under CI and
+# plain text otherwise, so the warning (which prints a machine path) is noise on every page.
+_warnings.filterwarnings("ignore", message="IProgress not found")
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

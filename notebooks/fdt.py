@@ -89,13 +89,15 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import config as configs
-from lib import datasets, features, fdt, paths, train
-from lib.sequences import image_sequences, text_sequences
-from lib.sharelock import prompts
-from lib.sparsemax import sparsemax
-from lib import notebook
-from lib.store import FeatureStore
+from lib.core import config as configs
+from lib.core import features, paths, train
+from lib.data import datasets
+from lib.methods import fdt
+from lib.core.sequences import image_sequences, text_sequences
+from lib.methods.sharelock import prompts
+from lib.nn.sparsemax import sparsemax
+from lib.core import notebook
+from lib.core.store import FeatureStore
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -103,7 +105,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/fdt.yaml` and is validated on load
-# (`lib.fdt.load_config`, built on `lib.config`): a typo such as `projector: mlp` stops here with
+# (`lib.methods.fdt.load_config`, built on `lib.core.config`): a typo such as `projector: mlp` stops here with
 # one line naming the field and the allowed values.
 
 # %%
@@ -141,7 +143,7 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
 # ## Patch and token features
 #
 # FDT looks *inside* an image and a caption, so the store keeps one vector per image token and per
-# word piece (`lib.sequences`), not one pooled vector. DINOv2 ViT-S/14 at 112 px gives its CLS
+# word piece (`lib.core.sequences`), not one pooled vector. DINOv2 ViT-S/14 at 112 px gives its CLS
 # token and an **8 × 8 grid of patch states** (64 px emoji: each patch covers 8 × 8 drawing
 # pixels); MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
 # length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a
@@ -183,7 +185,7 @@ cache_table
 #
 # Softmax never outputs an exact zero. Sparsemax is the Euclidean projection of the scores onto the
 # probability simplex: every score below a threshold τ gets weight exactly 0, the rest
-# `z_i − τ` (`lib.sparsemax`, checked against the `entmax` package in the tests). Whether it is
+# `z_i − τ` (`lib.nn.sparsemax`, checked against the `entmax` package in the tests). Whether it is
 # sparse depends on the **spread** of the scores: dividing them by a temperature shrinks the spread
 # and switches more entries on. This will matter below.
 
@@ -204,7 +206,7 @@ plt.tight_layout()
 # %% [markdown]
 # ## The FDT head
 #
-# `lib.fdt.FDTHead` implements, for a sequence `x_1 … x_T` of one modality:
+# `lib.methods.fdt.FDTHead` implements, for a sequence `x_1 … x_T` of one modality:
 #
 # 1. queries `q_j = P(x_j)` with a per-modality projector `P` (paper: FC + GELU; official code:
 #    LayerNorm–Linear–GELU–LayerNorm–Linear, used here);
@@ -223,7 +225,7 @@ print(f"trainable parameters: {sum(p.numel() for p in fdt.build_fdt(cfg.fdt, ima
 # %% [markdown]
 # ## Baseline: pooled features
 #
-# The baseline is CLIP's recipe on the same frozen sequences (`lib.fdt.PooledHead`): pool each
+# The baseline is CLIP's recipe on the same frozen sequences (`lib.methods.fdt.PooledHead`): pool each
 # sequence — DINOv2's CLS token, MiniLM's mean over word pieces, i.e. each encoder's own pooled
 # feature — then one linear projection per modality and the same loss. The two heads differ only in
 # the codebook bottleneck; they get the same optimiser (AdamW, weight decay 0.1 on matrices only,
@@ -235,7 +237,7 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
 # %% [markdown]
 # ## Training
 #
-# `lib.train.fit` is the loop of every chapter: cosine schedule with warm-up, gradient clipping,
+# `lib.core.train.fit` is the loop of every chapter: cosine schedule with warm-up, gradient clipping,
 # early stopping on the validation concepts, batches sliced from resident tensors. The padded
 # sequences and their masks are those tensors (`SequenceFeatures.padded()`); each batch is trimmed
 # to its own longest caption inside the head.
@@ -391,7 +393,7 @@ usage_table
 #
 # The paper's qualitative figure: for an image and its caption, find a code both switch on and show
 # *where* it fires — its score `s·⟨q_j, c⟩` on every patch (a heat-map over the patch grid, laid over
-# the drawing) and on every word piece. `lib.fdt.token_code_scores` gives these scores; the relevance
+# the drawing) and on every word piece. `lib.methods.fdt.token_code_scores` gives these scores; the relevance
 # of the code is their maximum. The pairs are unseen concepts that the FDT head (first seed) matches
 # correctly; the code shown is the one with the largest product of image and caption weights.
 
@@ -428,7 +430,7 @@ plt.tight_layout()
 # %% [markdown]
 # ## What the official code does, measured
 #
-# `lib.fdt` implements the paper and every difference of the official code
+# `lib.methods.fdt` implements the paper and every difference of the official code
 # (`prototype/model/declip_fdt.py`, `Query_model`; `example/clip_fdt/config_cc3m.yaml`) as an option.
 # Three of them change numbers, and each is a variant trained above on the first seed:
 #
@@ -586,12 +588,12 @@ print(f"paper formula (no temperature) collapses to one code per item: {findings
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.fdt.FDTHead(..., temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
-#   sweep the temperature between 10 and 1000 and watch `lib.fdt.codebook_usage` against accuracy.
-# * `lib.fdt.FDTHead(projector="fc_gelu", scaled_dot=True)`: the paper's projector with the code's scale.
-# * `lib.fdt.weight_encoder` + `lib.fdt.zero_shot_metrics`: weights as features for any trained head.
-# * `lib.fdt.token_code_scores`: the grounding figure for your own images and captions
-#   (`lib.sequences.image_sequences` / `text_sequences` give the token features).
-# * `lib.sequences.image_sequences(..., tokens="patches")`: drop DINOv2's CLS token so every code
+# * `lib.methods.fdt.FDTHead(..., temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
+#   sweep the temperature between 10 and 1000 and watch `lib.methods.fdt.codebook_usage` against accuracy.
+# * `lib.methods.fdt.FDTHead(projector="fc_gelu", scaled_dot=True)`: the paper's projector with the code's scale.
+# * `lib.methods.fdt.weight_encoder` + `lib.methods.fdt.zero_shot_metrics`: weights as features for any trained head.
+# * `lib.methods.fdt.token_code_scores`: the grounding figure for your own images and captions
+#   (`lib.core.sequences.image_sequences` / `text_sequences` give the token features).
+# * `lib.core.sequences.image_sequences(..., tokens="patches")`: drop DINOv2's CLS token so every code
 #   must ground in a patch.
 # * The full config (`-p config full`): the paper's 16,384 × 512 codebook on a GPU.

@@ -49,7 +49,7 @@
 #   (a ViT trained from scratch, then a 2-layer MLP into the LLM's hidden width);
 # * **facet-decoupled attention** computes all K facets in one forward pass over the caption.
 #
-# This chapter builds FLAME with `lib.facets` (the prompted encoder) and `lib.flame` (projector,
+# This chapter builds FLAME with `lib.core.facets` (the prompted encoder) and `lib.methods.flame` (projector,
 # losses, method), in the **small config** by default (SmolLM2-135M on emoji captions, CPU, minutes)
 # and in the **full config** with `papermill notebooks/flame.ipynb out.ipynb -p config full`
 # (Mistral-Nemo-Instruct, CC3M, ImageNet; a GPU).
@@ -90,12 +90,14 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import datasets, facets, features, flame, paths, train
-from lib import config as configs
-from lib import three_towers as tt
-from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
-from lib import notebook
-from lib.store import FeatureStore
+from lib.core import facets, features, paths, train
+from lib.data import datasets
+from lib.methods import flame
+from lib.core import config as configs
+from lib.methods import three_towers as tt
+from lib.methods.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib.core import notebook
+from lib.core.store import FeatureStore
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -103,7 +105,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/flame.yaml` and is validated on load
-# (`lib.flame.FlameConfig`). The text model is a `lib.facets.FacetConfig`: the LLM, the K facet
+# (`lib.methods.flame.FlameConfig`). The text model is a `lib.core.facets.FacetConfig`: the LLM, the K facet
 # phrases, the layer read, the position-id scheme and the prompt template, all of which are part of
 # the feature store's key.
 
@@ -121,7 +123,7 @@ for i, facet in enumerate(cfg.text.facets, 1):
 # ## The data: long, multi-facet captions
 #
 # FLAME trains on **long** captions (re-captioned CC3M in the paper). The small config composes one
-# for each emoji from its CLDR text: label, keywords, group and subgroup (`lib.emoji.caption(...,
+# for each emoji from its CLDR text: label, keywords, group and subgroup (`lib.data.emoji.caption(...,
 # "long")`). Concepts are split into train / validation / unseen by *families* (the ShareLock chapter
 # explains why), and every score below is on **unseen** concepts: zero-shot classification among all
 # 381 unseen concepts (the prompt is the class name) and image↔caption retrieval among the first
@@ -162,7 +164,7 @@ for facet in cfg.text.facets:
 # ## Facet-decoupled attention
 #
 # The K prompts of a caption share everything up to `step by step,`. Run naively, that prefix is read
-# K times (K forward passes, or one pass over a K-times-larger batch). `lib.facets.FacetEncoder`
+# K times (K forward passes, or one pass over a K-times-larger batch). `lib.core.facets.FacetEncoder`
 # reads it once: the sequence is `[prefix][facet 1 suffix]…[facet K suffix]`, a 4-D attention mask
 # lets every suffix token see the prefix and its own suffix only, and each suffix's position ids
 # restart where the prefix ends. Each facet's final state is then *exactly* what a separate pass over
@@ -212,13 +214,13 @@ plt.tight_layout()
 # %% [markdown]
 # ## The frozen features
 #
-# Four kinds of cached features, each computed once (`lib.store`; the `computed` column is 0 on a
+# Four kinds of cached features, each computed once (`lib.core.store`; the `computed` column is 0 on a
 # second run):
 #
 # * **image**: EfficientNet-Lite0, the ShareLock chapter's entry, so these are read, not computed;
-# * **FLAME facets** (`lib.facets.facet_features`): `[N·K, D]` rows, caption-major, for the training,
+# * **FLAME facets** (`lib.core.facets.facet_features`): `[N·K, D]` rows, caption-major, for the training,
 #   validation and retrieval captions and for the zero-shot class names, wrapped in FLAME's prompt;
-# * **last-token / mean features** of the very same captions (`lib.features.text_features`) for the
+# * **last-token / mean features** of the very same captions (`lib.core.features.text_features`) for the
 #   ShareLock baselines: the same LLM read ShareLock's way, and MiniLM;
 # * **CLDR labels in other languages** for the multilingual test.
 
@@ -282,15 +284,15 @@ cache_table
 #
 # With the LLM frozen and no text head, all the training happens on the image side. In the paper a
 # ViT-B/16 is trained from scratch and a 2-layer MLP maps it to the LLM's width; here the image tower
-# is the frozen, cached EfficientNet feature and only the MLP trains (`lib.flame.FlameProjector`:
+# is the frozen, cached EfficientNet feature and only the MLP trains (`lib.methods.flame.FlameProjector`:
 # `Linear → GELU → Linear → LayerNorm`, L2-normalised; hidden width 1,024 instead of the official 4,096
 # in the small config).
 #
 # **Paper, Eq. 1**: one CLIP InfoNCE per facet, summed, a learnable temperature starting at 0.07
-# (`lib.flame.facet_clip_loss`): the image must pick out its own caption's facet-k embedding among the
+# (`lib.methods.flame.facet_clip_loss`): the image must pick out its own caption's facet-k embedding among the
 # batch's facet-k embeddings, for every k.
 #
-# **Official code**: a multi-positive *sigmoid* loss (`lib.flame.multi_positive_sigmoid_loss`): every
+# **Official code**: a multi-positive *sigmoid* loss (`lib.methods.flame.multi_positive_sigmoid_loss`): every
 # image–embedding pair is a binary problem, all of an image's embeddings are positives, τ = 0.1 and a
 # bias of −10 at the start (SigLIP's initialisation).
 #
@@ -305,14 +307,14 @@ print(flame.Flame(image_dim, llm_dim, hidden_dim=cfg.projector_hidden).image_hea
 # ## Three ways to align the same data
 #
 # Every method trains on the same training concepts, image features, steps, batch and seeds with
-# `lib.train.fit`, and is tested on the same unseen concepts:
+# `lib.core.train.fit`, and is tested on the same unseen concepts:
 #
-# * **FLAME**: frozen LLM through the facet prompts, no text head, image MLP (`lib.flame.Flame`);
+# * **FLAME**: frozen LLM through the facet prompts, no text head, image MLP (`lib.methods.flame.Flame`);
 # * **ShareLock head**: the same frozen LLM read at the caption's last token, ShareLock's 4-layer MLP
-#   on the *text* side, no image head (`lib.sharelock.ShareLock`); also on MiniLM (mean pooling);
+#   on the *text* side, no image head (`lib.methods.sharelock.ShareLock`); also on MiniLM (mean pooling);
 # * **from scratch**: a CLIP-style text tower (a bag of word pieces + MLP) trained from nothing
 #   against the frozen image features and a linear map, i.e. LiT's recipe
-#   (`lib.three_towers.ThreeTowers("lit")`).
+#   (`lib.methods.three_towers.ThreeTowers("lit")`).
 
 # %%
 tokenizer = tt.load_tokenizer(cfg.scratch.tokenizer)
@@ -460,8 +462,8 @@ loss_table = loss_runs.groupby("method", sort=False)[list(metric_names)].agg(["m
 #
 # The paper's multilingual claim: trained on English captions only, FLAME retrieves with text in 36
 # languages, because the frozen LLM already maps languages close together. The emoji corpus carries
-# every CLDR label in 12 locales (emojibase-data, unpacked by `lib.emoji`; read with
-# `lib.flame.cldr_labels`); here each trained model, unchanged, retrieves the first unseen concepts'
+# every CLDR label in 12 locales (emojibase-data, unpacked by `lib.data.emoji`; read with
+# `lib.methods.flame.cldr_labels`); here each trained model, unchanged, retrieves the first unseen concepts'
 # drawings from their labels in English and in other languages (image→label R@1 is classification
 # among those labels). all-MiniLM-L6-v2 was trained on English only and its tokenizer is English word
 # pieces: a multilingual gap is expected there. SmolLM2-135M is mostly English too, so this is a weak
@@ -591,7 +593,7 @@ print("\n".join(lines))
 # towers from scratch reach on a few thousand drawings.
 #
 # **Penultimate vs last layer, contiguous vs reset positions.** Both are one field of
-# `lib.facets.FacetConfig`; `tests/test_facets.py` checks that the penultimate layer also equals
+# `lib.core.facets.FacetConfig`; `tests/test_facets.py` checks that the penultimate layer also equals
 # separate passes under decoupled attention, and that contiguous positions do not (after the first
 # facet), which is what the official code computes.
 
@@ -648,12 +650,12 @@ print(f"benchmarked speed-up over K separate passes > 2x: {min(r['speedup_vs_sep
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.facets.FacetConfig`: read the official code's layer (`layer: 29`, block 29 of SmolLM2's 30,
+# * `lib.core.facets.FacetConfig`: read the official code's layer (`layer: 29`, block 29 of SmolLM2's 30,
 #   is the analogue of block 39 of 40), switch `positions: contiguous`, or use all seven facets
-#   (`lib.facets.FACET_SETS["long"]`) and `offline/gemma-3-270m`, a multilingual LLM.
-# * `lib.facets.FacetEncoder.encode(method=...)` and `bench/facets.py`: time decoupled attention
+#   (`lib.core.facets.FACET_SETS["long"]`) and `offline/gemma-3-270m`, a multilingual LLM.
+# * `lib.core.facets.FacetEncoder.encode(method=...)` and `bench/facets.py`: time decoupled attention
 #   against K passes on your hardware.
-# * `lib.flame.Flame(loss="mp_sigmoid", positives=...)`: the official loss with a random subset of
-#   positives per image; `lib.flame.FlameProjector(hidden_dim=None)` for the official 4,096 width.
-# * `lib.train.fit`, `lib.sharelock.zero_shot_metrics` and `lib.sharelock.retrieval` work with any of
-#   these methods; `lib.flame.cldr_labels` gives the labels in 12 locales.
+# * `lib.methods.flame.Flame(loss="mp_sigmoid", positives=...)`: the official loss with a random subset of
+#   positives per image; `lib.methods.flame.FlameProjector(hidden_dim=None)` for the official 4,096 width.
+# * `lib.core.train.fit`, `lib.methods.sharelock.zero_shot_metrics` and `lib.methods.sharelock.retrieval` work with any of
+#   these methods; `lib.methods.flame.cldr_labels` gives the labels in 12 locales.

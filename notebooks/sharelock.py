@@ -81,12 +81,13 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import config as configs
-from lib import datasets, emoji, features, paths, train
-from lib.clip_model import FrozenFeatureCLIP
-from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
-from lib import notebook
-from lib.store import FeatureStore
+from lib.core import config as configs
+from lib.core import features, paths, train
+from lib.data import datasets, emoji
+from lib.core.clip_model import FrozenFeatureCLIP
+from lib.methods.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib.core import notebook
+from lib.core.store import FeatureStore
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -94,7 +95,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/sharelock.yaml` and is validated on load
-# (`lib.config`): a typo such as `pooling: last-token` stops here with one line naming the field,
+# (`lib.core.config`): a typo such as `pooling: last-token` stops here with one line naming the field,
 # not an hour into a precompute.
 
 # %%
@@ -143,14 +144,14 @@ plt.tight_layout()
 # %% [markdown]
 # ## The frozen encoders and the frozen-feature pipeline
 #
-# `lib.encoders` wraps the real libraries: `transformers` for text (pooling and layer named
+# `lib.core.encoders` wraps the real libraries: `transformers` for text (pooling and layer named
 # explicitly: ShareLock takes the **last token** after the final norm, `layer = -1`; the
 # sentence encoder takes the **mean**), `timm` and `transformers` for images with the eval-mode
-# preprocessing each model declares. The small models come from PyPI wheels (`lib.models`):
+# preprocessing each model declares. The small models come from PyPI wheels (`lib.core.models`):
 # Gemma 3 270M and SmolLM2 (GGUF, de-quantised once), all-MiniLM-L6-v2, EfficientNet-Lite0 and a
 # DINOv2 ViT-S/14 backbone rebuilt from an ONNX file (it may carry saliency fine-tuning).
 #
-# `lib.store` caches every feature under a key made of everything that changes the numbers (model
+# `lib.core.store` caches every feature under a key made of everything that changes the numbers (model
 # file hash, layer, pooling, dtype, preprocessing, dataset manifest, the texts themselves), in
 # fp16 shards written atomically and read memory-mapped. A second run of this notebook computes
 # nothing: watch the `computed` column.
@@ -198,7 +199,7 @@ cache_table
 # %% [markdown]
 # ## The projection head
 #
-# ShareLock's head (`lib.heads.ShareLockHead`) is `Linear → BatchNorm1d → ReLU → Dropout(0.2)`
+# ShareLock's head (`lib.nn.heads.ShareLockHead`) is `Linear → BatchNorm1d → ReLU → Dropout(0.2)`
 # three times, then a final `Linear` into the image feature space, then L2 normalisation; the image
 # side has no head at all (`ShareLock.embed_image` only normalises). The paper's hidden width is
 # 4096 for 4096-wide Llama features; the small config uses 512 for 384–640-wide inputs. The
@@ -216,7 +217,7 @@ print(build(text_main, vision_main, "mlp").text_head)
 # %% [markdown]
 # ## Training the head
 #
-# One loop serves every chapter (`lib.train.fit`): Adam, cosine schedule with warm-up, gradient
+# One loop serves every chapter (`lib.core.train.fit`): Adam, cosine schedule with warm-up, gradient
 # clipping, early stopping on the validation concepts, batches sliced from resident feature
 # tensors (no `DataLoader`: the features fit in memory), deterministic under a seed.
 #
@@ -465,7 +466,7 @@ if cfg.data.corpus == "emoji":
 # %% [markdown]
 # ## Using the trained model
 #
-# `lib.clip_model.FrozenFeatureCLIP` wraps the frozen encoders and the trained head as a CLIP-like
+# `lib.core.clip_model.FrozenFeatureCLIP` wraps the frozen encoders and the trained head as a CLIP-like
 # object (`encode_image`, `encode_text`, `tokenizer`), the interface CLIP_benchmark and open_clip
 # zero-shot code expect. Here it recomputes a few unseen features from pixels and tokens and
 # checks them against the cached pipeline.
@@ -487,7 +488,7 @@ features.release_encoders()
 # | image tower | DINOv2 ViT-B/14 (§6.1 text) | config implies ViT-L/14 | EfficientNet-Lite0 (main); DINOv2 ViT-S/14 from an ONNX, maybe saliency-tuned |
 # | text tower | Llama-3-8B, last token, after final norm | same | Gemma 3 270M (last token), MiniLM-L6 (mean) |
 # | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design, hidden 512 |
-# | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.losses.ClipLoss`, fixed τ = 0.07 |
+# | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | 256 (255 negatives); full config: true 16,384 |
 # | image preprocessing at test | — | `encode_image` applies *training* augmentations | eval-mode only |
 # | class-prototype order | — | `list_keys()` order (latent misalignment risk) | rows keyed by ids in a defined order |
@@ -546,9 +547,9 @@ print(f"ShareLock head beats the shuffled control: {findings['sharelock_unseen_a
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.encoders.TextEncoder(..., layer=k)`: read a middle layer instead of the last (FLAME reads
+# * `lib.core.encoders.TextEncoder(..., layer=k)`: read a middle layer instead of the last (FLAME reads
 #   block 39 of 40) and rerun the comparison.
-# * `lib.train.TrainConfig(micro_batch_size=...)`: reproduce the official code's accumulation and
+# * `lib.core.train.TrainConfig(micro_batch_size=...)`: reproduce the official code's accumulation and
 #   see what fewer negatives per loss cost.
-# * `lib.store.FeatureStore`: point `LIB_CACHE_DIR` at a fast disk and precompute the full config.
+# * `lib.core.store.FeatureStore`: point `LIB_CACHE_DIR` at a fast disk and precompute the full config.
 # * The ViTeRB chapter asks the decoder-vs-encoder question systematically.

@@ -47,7 +47,7 @@
 # * besides the usual $f \leftrightarrow g$ contrastive term, two more terms pull $f$ and $g$
 #   towards $h$ through small heads; at test time the heads and $h$ are thrown away.
 #
-# The paper has **no official code**: this chapter and `lib/three_towers.py` are a reference
+# The paper has **no official code**: this chapter and `lib/methods/three_towers.py` are a reference
 # implementation in which every equation is quoted beside the line that implements it. The paper
 # trains on JFT-3B / WebLI (billions of private images); the **small config** (default) trains on
 # 2,670 emoji drawings on 2 CPU cores, which changes what can be expected (see "What the
@@ -89,11 +89,12 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib import datasets, paths, train
-from lib import config as configs
-from lib import three_towers as tt
-from lib import notebook
-from lib.store import FeatureStore
+from lib.core import paths, train
+from lib.data import datasets
+from lib.core import config as configs
+from lib.methods import three_towers as tt
+from lib.core import notebook
+from lib.core.store import FeatureStore
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -101,7 +102,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Everything the chapter trains is named in `notebooks/configs/three_towers.yaml` and validated
-# before any work starts (`lib.three_towers.ThreeTowersConfig`): a wrong field stops the run with
+# before any work starts (`lib.methods.three_towers.ThreeTowersConfig`): a wrong field stops the run with
 # one line naming it.
 
 # %%
@@ -153,7 +154,7 @@ plt.tight_layout()
 # ## The three towers
 #
 # Paper §3: "$f$ and $g$ are the image and text towers, trained from scratch … the third tower
-# $h = \text{linear}(p(I))$ with $p$ frozen". Here $f$ is a four-stage ConvNet (`lib.three_towers.ConvTower`;
+# $h = \text{linear}(p(I))$ with $p$ frozen". Here $f$ is a four-stage ConvNet (`lib.methods.three_towers.ConvTower`;
 # the full config swaps in a timm ViT-B/16 built with `pretrained=False`), $g$ a bag of word-piece
 # embeddings with an MLP (`BagTower`; a pre-norm transformer, `TextTower`, is the other option and
 # the full config's choice), and $h$ one linear map on the cached $p(I)$.
@@ -192,8 +193,8 @@ print(inspect.getsource(tt.ThreeTowers.loss))
 # %% [markdown]
 # ## Training
 #
-# One loop for every chapter (`lib.train.fit`). Pixels stay resident as uint8 and are augmented on
-# the fly (random scale, shift and flip: `lib.three_towers.augment`); validation on the 190
+# One loop for every chapter (`lib.core.train.fit`). Pixels stay resident as uint8 and are augmented on
+# the fly (random scale, shift and flip: `lib.methods.three_towers.augment`); validation on the 190
 # held-out validation concepts picks the best step.
 
 # %%
@@ -411,7 +412,7 @@ if not quick:
 # | image tower $f$ | ViT (g/14, L/16, B/16) from scratch | none released | 4-stage ConvNet at 32 px (full config: timm ViT-B/16, `pretrained=False`) |
 # | text tower $g$ | transformer from scratch | — | bag of word pieces + MLP (transformer available, full config) |
 # | third tower $p$ | JFT-3B / IN-21k / Places365 classifiers, frozen | — | EfficientNet-Lite0 (ImageNet-1k), frozen, cached features |
-# | heads | $\text{normalize}(\text{linear}(x))$, four of them | — | same (`lib.three_towers.Head`) |
+# | heads | $\text{normalize}(\text{linear}(x))$, four of them | — | same (`lib.methods.three_towers.Head`) |
 # | loss | $(\mathcal{L}_{fg} + \mathcal{L}_{f_hh_f} + \mathcal{L}_{g_hh_g})/3$, one learned temperature | — | same, init τ = 0.07, scale clamped at 100 (open_clip's convention) |
 # | data | JFT-3B / WebLI, billions of pairs | — | 2,670 emoji drawings with CLDR captions |
 # | LiT baseline | locked pretrained tower | — | cached features + one trainable linear map (widths differ) |
@@ -462,7 +463,7 @@ print(f"heads and third tower dropped at test time: {kept == ['f', 'g'] and bool
 # * Swap the third tower: any vision model in the store works (`third:` in the config), e.g.
 #   `offline/dinov2-small`, and see whether 3T's gain over scratch follows the quality of $p$.
 # * Give $f$ more to learn from: more steps, both styles and stronger augmentation
-#   (`lib.three_towers.augment`), or a transformer text tower (`text_tower.kind: transformer`).
-# * Reuse the pieces: `lib.three_towers.ThreeTowers` (the method and its variants),
-#   `ThreeTowers.export` / `TwoTowerModel` (what ships), `lib.train.fit` (the loop),
-#   `lib.evaluate.zero_shot_classifier` and `retrieval_metrics` (CLIP_benchmark's conventions).
+#   (`lib.methods.three_towers.augment`), or a transformer text tower (`text_tower.kind: transformer`).
+# * Reuse the pieces: `lib.methods.three_towers.ThreeTowers` (the method and its variants),
+#   `ThreeTowers.export` / `TwoTowerModel` (what ships), `lib.core.train.fit` (the loop),
+#   `lib.core.evaluate.zero_shot_classifier` and `retrieval_metrics` (CLIP_benchmark's conventions).

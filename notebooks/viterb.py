@@ -88,17 +88,19 @@ import seaborn as sns
 import torch
 import yaml
 
-from lib import features, manifests, paths, viterb, wordnet
-from lib import notebook
-from lib.store import FeatureStore
+from lib.chapters import viterb
+from lib.core import features, paths
+from lib.data import manifests, wordnet
+from lib.core import notebook
+from lib.core.store import FeatureStore
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
 #
-# `notebooks/configs/viterb.yaml`, validated on load (`lib.viterb.ViterbConfig` through
-# `lib.config`). The vision models carry exactly the ShareLock chapter's settings, so their image
+# `notebooks/configs/viterb.yaml`, validated on load (`lib.chapters.viterb.ViterbConfig` through
+# `lib.core.config`). The vision models carry exactly the ShareLock chapter's settings, so their image
 # features come from the store instead of being recomputed.
 
 # %%
@@ -126,7 +128,7 @@ print(f"{len(cfg.text)} language models x {len(cfg.text_kinds)} text types x {le
 #   family and never straddle the split. One drawing (Noto) per concept. To keep text generation
 #   within budget (below) the small config uses a seeded subset: 192 seen, 64 val, 192 unseen.
 # * **Fashion-MNIST** (small): a seeded random 7 seen / 3 unseen class split
-#   (`lib.viterb.seeded_class_split`, written to `data_manifests/splits/fashion-mnist.json`, its sha256
+#   (`lib.chapters.viterb.seeded_class_split`, written to `data_manifests/splits/fashion-mnist.json`, its sha256
 #   in the dataset's manifest). Seen classes give 150 training and 50 validation photos each, unseen
 #   classes 200 test photos each (t10k set).
 # * **AWA2, CUB** (full): Xian et al. 2017's *proposed split* (40/10 and 150/50 classes).
@@ -172,7 +174,7 @@ if "fashion-mnist" in benches:
 # ## Text per class
 #
 # The paper compares four kinds of text about each class. Each kind is a **named source** with its
-# own store key (`lib.viterb.text_source`: dataset, kind, the class list, and for generated text the
+# own store key (`lib.chapters.viterb.text_source`: dataset, kind, the class list, and for generated text the
 # file's sha256), so a changed file can never be served stale features.
 #
 # | kind | paper | small config |
@@ -234,9 +236,9 @@ lengths_table.pivot_table(index=["dataset", "kind"], columns="model", values=["m
 # %% [markdown]
 # ## Features, from the store
 #
-# Image features come from `lib.features.image_features` with the ShareLock chapter's settings and
+# Image features come from `lib.core.features.image_features` with the ShareLock chapter's settings and
 # image sets (the emoji rows are selected from its cached `emoji-train/val/unseen` entries); text
-# features from `lib.features.text_features`, keyed by model, pooling, layer, the named source and
+# features from `lib.core.features.text_features`, keyed by model, pooling, layer, the named source and
 # the texts. Watch the `computed` column: a second run computes nothing.
 
 # %%
@@ -278,11 +280,11 @@ cache_table.groupby(["features", "model"])[["rows", "computed", "reused", "secon
 # %% [markdown]
 # ## Train on seen classes, score on unseen ones
 #
-# `lib.viterb.train_and_score` builds a `ShareLock` head (`ShareLockHead`: 4 layers, hidden 256,
+# `lib.chapters.viterb.train_and_score` builds a `ShareLock` head (`ShareLockHead`: 4 layers, hidden 256,
 # BatchNorm/ReLU/Dropout, L2-normalised output) on top of the class-text features, trains it with
-# `lib.train.fit` (CLIP loss at fixed τ = 0.07, Adam, cosine schedule, early stopping on the
+# `lib.core.train.fit` (CLIP loss at fixed τ = 0.07, Adam, cosine schedule, early stopping on the
 # validation pairs), then embeds the **unseen** classes' texts as class prototypes and classifies the
-# unseen test images among them. Score: mean per-class accuracy (`lib.evaluate.mean_per_class_recall`).
+# unseen test images among them. Score: mean per-class accuracy (`lib.core.evaluate.mean_per_class_recall`).
 #
 # Several images of one class share one text, so a CLIP batch holds repeated texts (Fashion-MNIST:
 # 7 seen classes in a batch of 256). The paper's ImageNet+ and AWA2 training has the same property;
@@ -385,7 +387,7 @@ if len(vision_check):
 # The paper relates the ViTeRB score to a language model's general capability (MMLU-Pro in its
 # latest version). Two cheap measures are available offline: the **parameter count**, and for the
 # decoders their own **perplexity** on held-out text — here 200 WordNet definitions drawn at random
-# (seeded) from the 82k noun synsets, computed with `AutoModelForCausalLM` (`lib.viterb.capability`;
+# (seeded) from the 82k noun synsets, computed with `AutoModelForCausalLM` (`lib.chapters.viterb.capability`;
 # lower is better). An encoder has no comparable left-to-right likelihood, so it gets none.
 
 # %%
@@ -578,7 +580,7 @@ if "emoji" in benches:
 # Table 1), and the four datasets by manifest (`data_manifests/awa2.yaml`, `cub.yaml`,
 # `fgvc-aircraft.yaml`, `imagenet-plus.yaml`). The class splits are there as data; the images are
 # not, and a missing dataset stops the run with a message saying where to get it. The full-config
-# image loaders (`lib.viterb.load_benchmark` for AWA2, CUB, FGVC-Aircraft and ImageNet+) read each
+# image loaders (`lib.chapters.viterb.load_benchmark` for AWA2, CUB, FGVC-Aircraft and ImageNet+) read each
 # dataset in its released layout, as its manifest describes, and are tested on tiny synthetic copies
 # in those layouts (`tests/test_viterb_full.py`); they have not run on the real data here. Not done
 # here: class texts generated for those datasets (run `tools/generate_class_texts.py` with a larger
@@ -587,13 +589,13 @@ if "emoji" in benches:
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.viterb.train_and_score` trains `lib.sharelock.ShareLock(kind="mlp")`; with `kind="linear"`
-#   (the `lib.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
-# * `lib.viterb.capability`: add a language model of your own to `text:` in
+# * `lib.chapters.viterb.train_and_score` trains `lib.methods.sharelock.ShareLock(kind="mlp")`; with `kind="linear"`
+#   (the `lib.nn.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
+# * `lib.chapters.viterb.capability`: add a language model of your own to `text:` in
 #   `notebooks/configs/viterb.yaml` and see where it lands on the capability plot.
-# * `lib.viterb.generate_texts` (through `tools/generate_class_texts.py`): regenerate the
+# * `lib.chapters.viterb.generate_texts` (through `tools/generate_class_texts.py`): regenerate the
 #   descriptions with a larger LLM and check whether "richer text helps" once the text is right.
-# * `lib.viterb.seeded_class_split`: draw other seen/unseen splits of Fashion-MNIST and see how much
+# * `lib.chapters.viterb.seeded_class_split`: draw other seen/unseen splits of Fashion-MNIST and see how much
 #   the score moves with the split alone.
-# * The ShareLock chapter (`lib.sharelock.ShareLock`) trains the same head on captions instead of
+# * The ShareLock chapter (`lib.methods.sharelock.ShareLock`) trains the same head on captions instead of
 #   class texts; the FLAME chapter reads the same decoders through prompts.

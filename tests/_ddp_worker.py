@@ -4,8 +4,8 @@ Not a test module (no ``test_`` prefix). Each rank writes ``OUT/rank<r>.json`` w
 
 * ``gathered_loss``: the CLIP loss of this rank's slice of a fixed batch, gathered across ranks, and the
   gradients of the shared parameters averaged over ranks (what DDP does), next to the single-process
-  loss and gradients of the whole batch computed on this rank inside ``lib.distributed.no_gather()``;
-* ``fits``: for each setting of :data:`FITS`, ``lib.train.fit``'s history, final parameters, reported
+  loss and gradients of the whole batch computed on this rank inside ``lib.core.distributed.no_gather()``;
+* ``fits``: for each setting of :data:`FITS`, ``lib.core.train.fit``'s history, final parameters, reported
   negatives and the rows of every CLIP logit matrix the loss computed;
 * ``errors``: the messages of settings that must be refused (batch not divisible by the world size).
 
@@ -46,9 +46,9 @@ def make_data(n: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 def build_method():
-    from lib.config import HeadConfig, LossConfig
-    from lib.sharelock import ShareLock
-    from lib.train import seed_everything
+    from lib.core.config import HeadConfig, LossConfig
+    from lib.methods.sharelock import ShareLock
+    from lib.core.train import seed_everything
 
     seed_everything(0)
     return ShareLock(TEXT_DIM, IMAGE_DIM, HeadConfig(), LossConfig(temperature=0.07, learnable=True), kind="linear")
@@ -56,8 +56,8 @@ def build_method():
 
 def run_fit(name: str) -> dict:
     """One fit of :data:`FITS` (single process or under torch.distributed, whichever is active)."""
-    from lib import losses
-    from lib.train import TrainConfig, fit
+    from lib.nn import losses
+    from lib.core.train import TrainConfig, fit
 
     logit_rows = []
     original = losses.clip_loss
@@ -80,8 +80,8 @@ def run_fit(name: str) -> dict:
 
 def _gathered_loss_case(rank: int, world: int) -> dict:
     """Per-rank ClipLoss on a slice vs single-process ClipLoss on the whole batch: value and gradients."""
-    from lib import distributed
-    from lib.losses import ClipLoss
+    from lib.core import distributed
+    from lib.nn.losses import ClipLoss
 
     n = 8
     g = torch.Generator().manual_seed(5)
@@ -111,7 +111,7 @@ def _gathered_loss_case(rank: int, world: int) -> dict:
 
 
 def _refused(name: str) -> str:
-    from lib.train import TrainConfig, fit
+    from lib.core.train import TrainConfig, fit
 
     try:
         fit(build_method(), make_data(N_TRAIN, 1), None, TrainConfig(**REFUSED[name]), progress=False)
@@ -122,9 +122,9 @@ def _refused(name: str) -> str:
 
 def _batchnorm_warning() -> list[str]:
     """ShareLock's MLP head has BatchNorm: on CPU, DDP training must say that it is not synchronised."""
-    from lib.config import HeadConfig, LossConfig
-    from lib.sharelock import ShareLock
-    from lib.train import TrainConfig, fit
+    from lib.core.config import HeadConfig, LossConfig
+    from lib.methods.sharelock import ShareLock
+    from lib.core.train import TrainConfig, fit
 
     method = ShareLock(TEXT_DIM, IMAGE_DIM, HeadConfig(hidden_dim=8, num_layers=2, dropout=0.0), LossConfig())
     with warnings.catch_warnings(record=True) as caught:
@@ -134,7 +134,7 @@ def _batchnorm_warning() -> list[str]:
 
 
 def main(out: str) -> None:
-    from lib import distributed
+    from lib.core import distributed
 
     torch.set_num_threads(1)
     distributed.init()

@@ -8,8 +8,8 @@ Not a test module (no ``test_`` prefix): tests/test_reliability_store.py runs it
 * One run (default): ``FeatureStore(ROOT).get_or_compute(SPEC, ids, compute)``, then one JSON line on
   stdout: ``{"pid", "computed", "reused", "sha256"}`` (sha256 of the float32 rows). ``compute`` appends
   ``"<pid> <shard>"`` to LOG before computing a shard, so a test counts (re)computations per shard.
-* ``KILL_AT=<event>:<n>`` in the environment: SIGKILL this process at the n-th time lib.store reports
-  ``event`` through its test hook ``lib.store._FAULT_HOOK`` (events listed there, e.g.
+* ``KILL_AT=<event>:<n>`` in the environment: SIGKILL this process at the n-th time lib.core.store reports
+  ``event`` through its test hook ``lib.core.store_files._FAULT_HOOK`` (events listed there, e.g.
   ``before_npy_rename``, ``sidecar_partial``, ``manifest_partial``).
 * ``--ready FILE --go FILE``: after the imports, create FILE and wait for GO before starting, so that
   two processes start their precompute at the same moment.
@@ -64,9 +64,9 @@ def _kill_hook(spec: str):
 
 
 def run_once(args, kill_at: str | None) -> dict:
-    from lib import store
+    from lib.core import store, store_files
 
-    store._FAULT_HOOK = _kill_hook(kill_at) if kill_at else None
+    store_files._FAULT_HOOK = _kill_hook(kill_at) if kill_at else None
     log = Path(args.log)
 
     def compute(rows: np.ndarray) -> np.ndarray:
@@ -125,7 +125,7 @@ def _wait(pid: int, kill_after: float | None = None, timeout: float = 60.0) -> s
 
 
 def serve(args) -> None:
-    import lib.store  # noqa: F401  (imported once, before any fork)
+    import lib.core.store  # noqa: F401  (imported once, before any fork)
 
     for line in sys.stdin:
         command = line.strip()
@@ -156,7 +156,7 @@ def main(argv=None) -> None:
     if args.serve:
         serve(args)
         return
-    import lib.store  # noqa: F401  (the slow import, before the start barrier)
+    import lib.core.store  # noqa: F401  (the slow import, before the start barrier)
 
     if args.ready:
         Path(args.ready).touch()

@@ -1,7 +1,7 @@
 """Shared fixtures: the real offline models (loaded once per session), the emoji corpus, temp manifests.
 
 The hub is off for every test (``HF_HUB_OFFLINE=1``, DESIGN.md §5): the small config's models are the
-converted ``offline/*`` folders under ``.cache/models`` that :func:`lib.models.ensure_offline_model`
+converted ``offline/*`` folders under ``.cache/models`` that :func:`lib.core.models.ensure_offline_model`
 builds on first use.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 # The encoders exactly as the small config builds them (notebooks/configs/sharelock.yaml), so that
-# lib.features' caches can be seeded with them (same TextModelConfig / VisionModelConfig fields).
+# lib.core.features' caches can be seeded with them (same TextModelConfig / VisionModelConfig fields).
 TEXT_MODELS = {
     "smollm2": dict(name="offline/smollm2-135m-instruct", pooling="last_token", max_length=77),
     "gemma": dict(name="offline/gemma-3-270m", pooling="last_token", max_length=77),
@@ -30,14 +30,14 @@ VISION_DIMS = {"efficientnet": 1280, "dinov2": 384}
 
 
 def _text_encoder(key: str):
-    from lib.encoders import TextEncoder
+    from lib.core.encoders import TextEncoder
 
     kwargs = dict(TEXT_MODELS[key])
     return TextEncoder(kwargs.pop("name"), **kwargs)
 
 
 def _vision_encoder(key: str):
-    from lib.encoders import VisionEncoder
+    from lib.core.encoders import VisionEncoder
 
     kwargs = dict(VISION_MODELS[key])
     return VisionEncoder(kwargs.pop("name"), **kwargs)
@@ -94,7 +94,7 @@ def vision_encoder(request):
 
 @pytest.fixture(scope="session")
 def emoji_concepts():
-    from lib import emoji
+    from lib.data import emoji
 
     return emoji.load_concepts()
 
@@ -109,7 +109,7 @@ def emoji_images(emoji_concepts):
 @pytest.fixture
 def manifest_dir(tmp_path, monkeypatch):
     """A temporary ``data_manifests/``: returns ``write(name, dict) -> Path`` for new manifests."""
-    from lib import manifests
+    from lib.data import manifests
 
     folder = tmp_path / "manifests"
     folder.mkdir()

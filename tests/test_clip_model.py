@@ -1,4 +1,4 @@
-"""Tests of lib.clip_model.FrozenFeatureCLIP: the CLIP_benchmark-style object (tokenizer, encode_text,
+"""Tests of lib.core.clip_model.FrozenFeatureCLIP: the CLIP_benchmark-style object (tokenizer, encode_text,
 encode_image, preprocess) must give exactly the features the training pipeline gives (DESIGN.md §2)."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib.clip_model import FrozenFeatureCLIP
-from lib.config import HeadConfig, LossConfig
-from lib.encoders import to_rgb
-from lib.sharelock import ShareLock
+from lib.core.clip_model import FrozenFeatureCLIP
+from lib.core.config import HeadConfig, LossConfig
+from lib.core.encoders import to_rgb
+from lib.methods.sharelock import ShareLock
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -1,4 +1,4 @@
-"""Tests of lib.config: validated small/full configs, one-line errors naming field and value (DESIGN.md §4)."""
+"""Tests of lib.core.config: validated small/full configs, one-line errors naming field and value (DESIGN.md §4)."""
 from __future__ import annotations
 
 import copy
@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import yaml
 
-from lib import config
-from lib.config import ConfigError, HeadConfig, ShareLockConfig, TextModelConfig, build, load
+from lib.core import config
+from lib.core.config import ConfigError, HeadConfig, ShareLockConfig, TextModelConfig, build, load
 
 RAW = yaml.safe_load((config.CONFIG_DIR / "sharelock.yaml").read_text())
 

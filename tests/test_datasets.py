@@ -1,4 +1,4 @@
-"""Tests of lib.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
+"""Tests of lib.data.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
 local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders (DESIGN.md §4)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from lib import datasets, emoji, manifests
-from lib.datasets import BadImageError, folder_labelled, jsonl_pairs, open_image
-from lib.manifests import DatasetMissingError
+from lib.data import datasets, emoji, manifests
+from lib.data.datasets import BadImageError, folder_labelled, jsonl_pairs, open_image
+from lib.data.manifests import DatasetMissingError
 
 OBTAIN = "Download toy.zip from https://example.org/toy and unzip it."
 

@@ -5,10 +5,10 @@ Everything here runs for real on 2 CPU processes (gloo), launched as a user woul
 
 * ``lib.precompute`` on 2 ranks writes a store that is **bit-identical** (every file's sha256, the
   manifest's shard checksums) to a single-process run of the same command, each rank computing its
-  own shards (r, r+W, ...), and the notebook's own ``lib.features`` call then finds the entry cached;
-* ``lib.losses.ClipLoss`` on each rank's slice, gathered across ranks, gives the single-process loss
+  own shards (r, r+W, ...), and the notebook's own ``lib.core.features`` call then finds the entry cached;
+* ``lib.nn.losses.ClipLoss`` on each rank's slice, gathered across ranks, gives the single-process loss
   and (after DDP's average) the single-process gradients of the whole batch;
-* ``lib.train.fit`` under DDP reproduces a single-process fit with the same global batch (history,
+* ``lib.core.train.fit`` under DDP reproduces a single-process fit with the same global batch (history,
   early stopping, final weights; tolerance 1e-5), every loss sees the global batch's negatives, both
   ranks end identical, and a batch that does not split over the ranks is refused with a message that
   names both numbers and the fix.
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import _ddp_worker as W
-from lib import distributed
+from lib.core import distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("_ddp_worker.py")
@@ -108,7 +108,7 @@ def test_a_rank_computes_only_its_shards_and_leaves_the_entry_open(tmp_path):
     """Rank 1 of 2 alone (in this process): shards 1 and 3 only, no manifest until rank 0 has run. (Two
     ranks running together cannot show this: the store's shard locks would split the work anyway.)"""
     from lib import precompute
-    from lib.store import FeatureStore
+    from lib.core.store import FeatureStore
 
     cfg = precompute._sharelock_config("small", LIMIT)
     entries = precompute._select(precompute.sharelock_entries(cfg, "cpu"), ENTRIES[:1])
@@ -123,8 +123,9 @@ def test_a_rank_computes_only_its_shards_and_leaves_the_entry_open(tmp_path):
 @pytest.mark.slow  # real models (MiniLM, EfficientNet-Lite0); runs in CI all the same
 def test_the_notebooks_own_call_finds_the_precomputed_entry(stores):
     """notebooks/sharelock.py calls features.text_features(store, cfg, captions, source=...): a cache hit."""
-    from lib import config, datasets, features
-    from lib.store import FeatureStore
+    from lib.core import config, features
+    from lib.data import datasets
+    from lib.core.store import FeatureStore
 
     cfg = config.load("sharelock", "small", config.ShareLockConfig, {"data": {"limit": LIMIT}})
     train = datasets.build_benchmark(cfg.data).train
@@ -136,11 +137,13 @@ def test_the_notebooks_own_call_finds_the_precomputed_entry(stores):
 
 @pytest.mark.slow  # a real model (MiniLM); runs in CI all the same
 def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_path):
-    """A lib.sequences entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
+    """A lib.core.sequences entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
     shards) on 2 ranks and in one process (in this process: no second launch), then the notebook's call."""
-    from lib import datasets, fdt, precompute
-    from lib.sequences import text_sequences
-    from lib.store import FeatureStore
+    from lib import precompute
+    from lib.data import datasets
+    from lib.methods import fdt
+    from lib.core.sequences import text_sequences
+    from lib.core.store import FeatureStore
 
     def command(name: str) -> list[str]:
         return ["-m", "lib.precompute", "--chapter", "fdt", "--limit", "8", "--shard-rows", "12",

@@ -1,4 +1,4 @@
-"""Tests of lib.encoders: pooling against manual indexing, and the real offline text/vision models
+"""Tests of lib.core.encoders: pooling against manual indexing, and the real offline text/vision models
 (batched = one at a time, input order, padding side, layer choice, eval-mode preprocessing). DESIGN.md §2, §5."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from conftest import TEXT_DIMS, VISION_DIMS
-from lib.encoders import (
+from lib.core.encoders import (
     EncoderInputError,
     TextEncoder,
     first_token_index,
@@ -209,7 +209,7 @@ def test_preprocessing_is_deterministic_eval_mode(vision_encoder, emoji_images):
 
 
 def test_vision_preprocessing_follows_the_config(efficientnet, dinov2):
-    from lib.offline_vision import EFFICIENTNET_LITE0_CFG_OVERLAY
+    from lib.core.offline_vision import EFFICIENTNET_LITE0_CFG_OVERLAY
 
     assert efficientnet.data_config["input_size"] == (3, 128, 128)
     assert efficientnet.data_config["crop_pct"] == 1.0

@@ -1,4 +1,4 @@
-"""Tests of lib.evaluate (CLIP_benchmark conventions) and lib.templates."""
+"""Tests of lib.core.evaluate (CLIP_benchmark conventions) and lib.data.templates."""
 import lib  # noqa: F401  (must precede open_clip)
 
 import pytest
@@ -7,14 +7,14 @@ import torch.nn.functional as F
 from open_clip.zero_shot_classifier import build_zero_shot_classifier
 from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
 
-from lib.evaluate import (
+from lib.core.evaluate import (
     accuracy,
     classification_metrics,
     mean_per_class_recall,
     retrieval_metrics,
     zero_shot_classifier,
 )
-from lib.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, PHOTO_TEMPLATES
+from lib.data.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, PHOTO_TEMPLATES
 
 # --------------------------------------------------------------------------- templates
 

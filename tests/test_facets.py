@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import facets
-from lib.encoders import EncoderInputError
-from lib.facets import FACET_SETS, FACETS_LONG, FacetConfig, FacetEncoder, decoupled_inputs, split_template
-from lib.store import FeatureStore
+from lib.core import facets
+from lib.core.encoders import EncoderInputError
+from lib.core.facets import FACET_SETS, FACETS_LONG, FacetConfig, FacetEncoder, decoupled_inputs, split_template
+from lib.core.store import FeatureStore
 
 MODELS = {"smollm2": "offline/smollm2-135m-instruct", "gemma": "offline/gemma-3-270m"}
 DEPTH = {"smollm2": 30, "gemma": 18}
@@ -74,7 +74,7 @@ def test_decoupled_inputs_layout_mask_and_positions():
 
 @pytest.mark.parametrize("key", list(MODELS))
 def test_prefix_plus_suffix_tokens_equal_the_whole_prompts_tokens(encoders, key):
-    from lib import emoji
+    from lib.data import emoji
 
     encoder = encoders[key]
     captions = CAPTIONS + [emoji.caption(c, "long") for c in emoji.load_concepts()[::150]]
@@ -197,7 +197,7 @@ def test_facet_features_are_cached_in_caption_major_rows(encoders, tmp_path, mon
 
 
 def test_facet_config_builds_from_yaml_data_and_refuses_bad_templates():
-    from lib.config import ConfigError, build
+    from lib.core.config import ConfigError, build
 
     cfg = build(FacetConfig, {"name": "offline/gemma-3-270m", "facets": ["this image description"], "layer": 17})
     assert cfg.facets == ("this image description",) and cfg.positions == "reset"

@@ -1,4 +1,4 @@
-"""The fast CPU vision path (ONNX Runtime, ``lib.onnx_vision``) gives the eager features.
+"""The fast CPU vision path (ONNX Runtime, ``lib.core.onnx_vision``) gives the eager features.
 
 Tolerance, stated once: on real images (emoji drawings and scikit-image photos) every feature of the
 ONNX backend is within ``MAX_ABS`` of the eager one (features are O(1)-O(10) in size; measured ~1e-5)
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lib.encoders import VisionEncoder
-from lib.store import spec_key
+from lib.core.encoders import VisionEncoder
+from lib.core.store import spec_key
 from tests.conftest import VISION_MODELS
 
 MAX_ABS = 1e-4
@@ -56,8 +56,8 @@ def test_unknown_backend_and_onnx_off_cpu_are_refused():
 
 
 def test_features_module_keeps_eager_and_onnx_encoders_apart(efficientnet, monkeypatch):
-    from lib import features
-    from lib.config import VisionModelConfig
+    from lib.core import features
+    from lib.core.config import VisionModelConfig
 
     cfg = VisionModelConfig(**VISION_MODELS["efficientnet"])
     monkeypatch.setattr(features, "_VISION_ENCODERS", {(cfg, "eager"): efficientnet})

@@ -1,5 +1,5 @@
-"""Tests of lib.fdt against independent formulas: masking, the official multiply-by-zero padding, the
-embedding, the loss, gradients, and that both heads train with lib.train.fit."""
+"""Tests of lib.methods.fdt against independent formulas: masking, the official multiply-by-zero padding, the
+embedding, the loss, gradients, and that both heads train with lib.core.train.fit."""
 from __future__ import annotations
 
 import math
@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib.encoders import pool
-from lib.fdt import (OFFICIAL, PAPER, FDTHead, PooledHead, codebook_usage, embed_sequences, make_projector,
+from lib.core.encoders import pool
+from lib.methods.fdt import (OFFICIAL, PAPER, FDTHead, PooledHead, codebook_usage, embed_sequences, make_projector,
                      relevance)
-from lib.sequences import pad_batch
-from lib.train import TrainConfig, fit
+from lib.core.sequences import pad_batch
+from lib.core.train import TrainConfig, fit
 
 DI, DT, K, D = 12, 10, 32, 8
 
@@ -185,8 +185,8 @@ def test_trains_with_lib_train_fit(kind):
 
 
 def test_embed_sequences_batches_like_one_call(tmp_path):
-    from lib.sequences import sequence_features
-    from lib.store import FeatureStore
+    from lib.core.sequences import sequence_features
+    from lib.core.store import FeatureStore
 
     g = torch.Generator().manual_seed(2)
     seqs = [torch.randn(n, DT, generator=g) for n in (2, 5, 3)]

@@ -81,12 +81,12 @@ def test_sparsemax_against_softmax_and_the_temperature(fdt_run):
     assert findings["zero_padding_unseen_acc1"] > 3 * chance
 
 
-# --- the chapter's config and helpers in lib.fdt (fast, no models) -------------------------------------------
+# --- the chapter's config and helpers in lib.methods.fdt (fast, no models) -------------------------------------------
 
 
 def test_config_loads_and_rejects_typos():
-    from lib.config import ConfigError
-    from lib.fdt import load_config
+    from lib.core.config import ConfigError
+    from lib.methods.fdt import load_config
 
     small, full = load_config("small"), load_config("full")
     assert len(small.seeds) >= 3 and small.train.weight_decay == 0.1 and small.vision.image_size == 112
@@ -103,8 +103,8 @@ def test_config_loads_and_rejects_typos():
 def _toy_sequences(tmp_path, n=6, dim=12, lengths=None, seed=0):
     import torch
 
-    from lib.sequences import sequence_features
-    from lib.store import FeatureStore
+    from lib.core.sequences import sequence_features
+    from lib.core.store import FeatureStore
 
     g = torch.Generator().manual_seed(seed)
     lengths = lengths or [3 + i % 4 for i in range(n)]
@@ -118,7 +118,7 @@ def _toy_sequences(tmp_path, n=6, dim=12, lengths=None, seed=0):
 def test_helpers_agree_with_the_head(tmp_path):
     import torch
 
-    from lib.fdt import (FDTHeadConfig, build_fdt, collect_codes, embed_sequences, token_code_scores,
+    from lib.methods.fdt import (FDTHeadConfig, build_fdt, collect_codes, embed_sequences, token_code_scores,
                          weight_encoder)
 
     torch.manual_seed(0)
@@ -146,7 +146,7 @@ def test_zero_shot_and_retrieval_helpers(tmp_path):
 
     import torch
 
-    from lib.fdt import PooledHead, retrieval, zero_shot_metrics
+    from lib.methods.fdt import PooledHead, retrieval, zero_shot_metrics
 
     torch.manual_seed(0)
     head = PooledHead(12, 12, embed_dim=8)

@@ -1,4 +1,4 @@
-"""Tests of lib.features: train-or-load. A store hit computes nothing and loads no text model (DESIGN.md §2)."""
+"""Tests of lib.core.features: train-or-load. A store hit computes nothing and loads no text model (DESIGN.md §2)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import TEXT_MODELS, VISION_MODELS
-from lib import features
-from lib.config import TextModelConfig, VisionModelConfig
-from lib.store import FeatureStore, spec_key
+from lib.core import features
+from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core.store import FeatureStore, spec_key
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -25,7 +25,7 @@ def store(tmp_path):
 
 @pytest.fixture
 def text_cache(monkeypatch, minilm):
-    """lib.features' text-encoder cache, seeded with the session's MiniLM (built with TEXT_CFG's fields)."""
+    """lib.core.features' text-encoder cache, seeded with the session's MiniLM (built with TEXT_CFG's fields)."""
     assert (minilm.name, minilm.pooling, minilm.layer, minilm.max_length, minilm.batch_size) == (
         TEXT_CFG.name, TEXT_CFG.pooling, TEXT_CFG.layer, TEXT_CFG.max_length, TEXT_CFG.batch_size)
     cache = {TEXT_CFG: minilm}

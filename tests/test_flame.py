@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from open_clip.loss import ClipLoss as OpenClipLoss
 from open_clip.loss import SigLipLoss
 
-from lib.flame import (
+from lib.methods.flame import (
     Flame, FacetClipLoss, FlameProjector, MultiPositiveSigmoidLoss, facet_clip_loss, multi_positive_sigmoid_loss,
 )
-from lib.train import TrainConfig, fit, seed_everything
+from lib.core.train import TrainConfig, fit, seed_everything
 
 
 def _unit(*shape, seed=0):

@@ -45,8 +45,8 @@ def test_flame_small_config_metrics(flame_run):
 
 
 def test_flame_configs_load_and_refuse_bad_values():
-    from lib import flame
-    from lib.config import ConfigError
+    from lib.methods import flame
+    from lib.core.config import ConfigError
 
     small, full = flame.load_config("small"), flame.load_config("full")
     assert small.text.name == small.baselines[0].name  # the ShareLock baseline reads the same LLM
@@ -60,7 +60,8 @@ def test_flame_configs_load_and_refuse_bad_values():
 
 
 def test_cldr_labels_are_in_split_order_and_in_the_asked_language():
-    from lib import emoji, flame
+    from lib.data import emoji
+    from lib.methods import flame
 
     english = flame.cldr_labels("unseen", "en", 5)
     assert english == [c.label for c in emoji.split_concepts("unseen")[:5]]

@@ -1,4 +1,4 @@
-"""Tests of lib.heads: layer order (ShareLock's official Projection), normalisation, width errors."""
+"""Tests of lib.nn.heads: layer order (ShareLock's official Projection), normalisation, width errors."""
 import lib  # noqa: F401  (must precede torchvision/timm/open_clip imports)
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lib.heads import LinearHead, ShareLockHead
+from lib.nn.heads import LinearHead, ShareLockHead
 
 
 def _manual_eval_forward(head: ShareLockHead, x: torch.Tensor) -> torch.Tensor:

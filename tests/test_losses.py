@@ -1,4 +1,4 @@
-"""Tests of lib.losses against open_clip's ClipLoss, HF's clip_loss and an explicit formula."""
+"""Tests of lib.nn.losses against open_clip's ClipLoss, HF's clip_loss and an explicit formula."""
 import lib  # noqa: F401  (must precede open_clip: fixes torchvision on CPU torch)
 
 import math
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from open_clip.loss import ClipLoss as OpenClipLoss
 from transformers.models.clip import modeling_clip
 
-from lib.losses import ClipLoss, clip_loss
+from lib.nn.losses import ClipLoss, clip_loss
 
 # HF's function that ShareLock's official code imports as `clip_loss` (renamed in transformers 5)
 hf_clip_loss = getattr(modeling_clip, "clip_loss", None) or modeling_clip.image_text_contrastive_loss

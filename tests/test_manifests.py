@@ -1,4 +1,4 @@
-"""Tests of lib.manifests: checksums, missing-file messages, locations (DESIGN.md §4)."""
+"""Tests of lib.data.manifests: checksums, missing-file messages, locations (DESIGN.md §4)."""
 from __future__ import annotations
 
 import hashlib
@@ -7,8 +7,8 @@ import shutil
 import pytest
 import yaml
 
-from lib import manifests
-from lib.manifests import DatasetMissingError, dataset_file, location, manifest_hash
+from lib.data import manifests
+from lib.data.manifests import DatasetMissingError, dataset_file, location, manifest_hash
 
 EMOJI_FILE = "emojibase-data-17.0.0.tgz"  # the smallest emoji tarball (~7 MB)
 
@@ -95,7 +95,7 @@ def test_unknown_file_and_unknown_dataset():
 
 
 def test_location_rules(manifest_dir, tmp_path, monkeypatch):
-    from lib.paths import REPO_ROOT
+    from lib.core.paths import REPO_ROOT
 
     monkeypatch.setenv("LIB_CACHE_DIR", str(tmp_path / "cache"))
     manifest_dir("toy-abs", {"name": "toy-abs", "obtain": "x", "location": str(tmp_path / "abs")})

@@ -1,4 +1,4 @@
-"""Tests of lib.models: resolving offline names, local folders and hub ids to a loader path and an identity."""
+"""Tests of lib.core.models: resolving offline names, local folders and hub ids to a loader path and an identity."""
 from __future__ import annotations
 
 import hashlib
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lib import models
-from lib.models import OFFLINE_MODELS, ModelNotFoundError, resolve
+from lib.core import models
+from lib.core.models import OFFLINE_MODELS, ModelNotFoundError, resolve
 
 
 def _sha(path: Path) -> str:
@@ -38,7 +38,7 @@ def test_wrong_library_is_a_value_error(name, wrong):
 
 
 def test_the_registry_covers_the_small_config():
-    from lib.config import ShareLockConfig, load
+    from lib.core.config import ShareLockConfig, load
 
     small = load("sharelock", "small", ShareLockConfig)
     for m in small.vision:
@@ -60,7 +60,7 @@ def test_offline_models_resolve_to_a_loadable_path_with_a_stable_identity(name):
     assert facts["source_sha256"] == resolved.identity["sha256"]
     assert json.loads((folder / "source.json").read_text()) == facts
     if model.library == "timm":
-        from lib.offline_vision import EFFICIENTNET_LITE0_ARCH
+        from lib.core.offline_vision import EFFICIENTNET_LITE0_ARCH
 
         assert path.is_file() and path.suffix == ".safetensors"
         assert resolved.timm_architecture == EFFICIENTNET_LITE0_ARCH

@@ -14,7 +14,7 @@ import ast
 import re
 from pathlib import Path
 
-from lib.paths import REPO_ROOT
+from lib.core.paths import REPO_ROOT
 
 SCANNED = [*(REPO_ROOT / d for d in ("lib", "tools", "bench", "tests")), REPO_ROOT / "notebooks"]
 ALWAYS_UNSAFE = {

@@ -13,8 +13,8 @@ import dataclasses
 import pytest
 
 from lib import precompute
-from lib.features import digest
-from lib.store import FeatureStore, spec_key
+from lib.core.features import digest
+from lib.core.store import FeatureStore, spec_key
 
 LIMIT = 4  # training rows: the keys of a notebook run with data.limit 4
 
@@ -83,7 +83,7 @@ def test_every_chapter_is_tested():
 
 @pytest.mark.parametrize("chapter", list(EXPECTED))
 def test_list_prints_the_entry_names_and_computes_nothing(chapter, tmp_path, capsys, monkeypatch):
-    from lib import facets, features
+    from lib.core import facets, features
 
     def refuse(*args, **kwargs):
         raise AssertionError("--list called FeatureStore.get_or_compute")
@@ -117,7 +117,8 @@ def test_an_unknown_chapter_names_the_closest_one():
 
 def test_viterb_entries_have_the_notebooks_keys(captured, tmp_path):
     """notebooks/viterb.py, "Features, from the store": benchmark_image_features and the TXT loop."""
-    from lib import features, viterb
+    from lib.chapters import viterb
+    from lib.core import features
 
     cfg, entries = _entries("viterb", ["image:*efficientnet-lite0:fashion-mnist",
                                        "text:*all-MiniLM-L6-v2:fashion-mnist/*"], limit=None)
@@ -137,8 +138,10 @@ def test_viterb_entries_have_the_notebooks_keys(captured, tmp_path):
 
 def test_flame_entries_have_the_notebooks_keys(captured, tmp_path):
     """notebooks/flame.py, "The frozen features": image_feats, facet_feats and text_feats of text_sets."""
-    from lib import datasets, facets, features, flame
-    from lib.sharelock import prompts
+    from lib.core import facets, features
+    from lib.data import datasets
+    from lib.methods import flame
+    from lib.methods.sharelock import prompts
 
     cfg, entries = _entries("flame", ["image:*:emoji-train-google", "facets:*:train", "facets:*:zero-shot",
                                       "facets:*:labels:de", "text:*all-MiniLM-L6-v2:train"])
@@ -167,9 +170,9 @@ def test_flame_entries_have_the_notebooks_keys(captured, tmp_path):
 
 def test_fdt_entries_have_the_notebooks_keys(captured, tmp_path):
     """notebooks/fdt.py, "Patch and token features": image_seqs, text_seqs and the PROMPTS."""
-    from lib import datasets
-    from lib.sequences import image_sequences, text_sequences
-    from lib.sharelock import prompts
+    from lib.data import datasets
+    from lib.core.sequences import image_sequences, text_sequences
+    from lib.methods.sharelock import prompts
 
     cfg, entries = _entries("fdt", ["image-tokens:*:emoji-train-google", "text-tokens:*:emoji-train-google",
                                     "text-tokens:*:prompts:fashion-mnist"])
@@ -189,8 +192,8 @@ def test_fdt_entries_have_the_notebooks_keys(captured, tmp_path):
 
 def test_three_towers_entries_have_the_notebooks_keys(captured, tmp_path):
     """notebooks/three_towers.py, "The data": three_towers.tensors itself, the notebook's own call."""
-    from lib import datasets
-    from lib import three_towers as tt
+    from lib.data import datasets
+    from lib.methods import three_towers as tt
 
     cfg, entries = _entries("three_towers", ["image:*:emoji-train-twitter", "image:*:fashion-mnist"])
     store = FeatureStore(tmp_path, dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)

@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lib import config, store
-from lib.config import ConfigError, ShareLockConfig, build
-from lib.encoders import first_token_index, last_token_index, pool
-from lib.losses import clip_loss
-from lib.store import FeatureStore, spec_key
+from lib.core import config, store
+from lib.core.config import ConfigError, ShareLockConfig, build
+from lib.core.encoders import first_token_index, last_token_index, pool
+from lib.nn.losses import clip_loss
+from lib.core.store import FeatureStore, spec_key
 
 # derandomize: the same 50 cases on every run (a reproducible CI); database=None: nothing written to the repo.
 FAST = settings(max_examples=50, deadline=None, derandomize=True, database=None,
@@ -310,9 +310,9 @@ def test_a_section_that_is_not_a_mapping_is_a_config_error(junk):
         build(ShareLockConfig, junk, "small")
 
 
-# Gaps in lib/config.py that the property above finds when its strategies are widened to every YAML
+# Gaps in lib/core/config.py that the property above finds when its strategies are widened to every YAML
 # value (unbounded integers; mapping keys that are not strings; nan/inf). Strict xfails: each turns
-# red once lib/config.py is fixed; then drop its mark, and widen `yaml_scalars` to `st.integers()`
+# red once lib/core/config.py is fixed; then drop its mark, and widen `yaml_scalars` to `st.integers()`
 # plus `st.floats()` and the dictionary keys of `yaml_values` to `yaml_scalars`.
 def _small(**changes):
     data = copy.deepcopy(RAW["small"])

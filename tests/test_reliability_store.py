@@ -1,4 +1,4 @@
-"""Reliability of lib.store (DESIGN.md §2, "Store"): crashes, corruption, concurrency.
+"""Reliability of lib.core.store (DESIGN.md §2, "Store"): crashes, corruption, concurrency.
 
 * Crash safety: a precompute in a subprocess is SIGKILLed at 26 named points (inside the writes of
   spec.json, ids.json, shard .npy files, sidecars and the manifest, and between them) and at timed
@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 import _precompute_worker as W
-from lib import store as store_mod
-from lib.store import FeatureStore, StoreError
+from lib.core import store as store_mod
+from lib.core.store import FeatureStore, StoreError
 
 WORKER = Path(__file__).with_name("_precompute_worker.py")
 ROWS, SR, DIM = 30, 4, 5  # 8 shards, the last one 2 rows

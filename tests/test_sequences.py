@@ -1,4 +1,4 @@
-"""Tests of lib.sequences: ragged per-token features in the store, never padded on disk (DESIGN.md §2)."""
+"""Tests of lib.core.sequences: ragged per-token features in the store, never padded on disk (DESIGN.md §2)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import TEXT_MODELS, VISION_MODELS
-from lib import features, sequences
-from lib.config import TextModelConfig, VisionModelConfig
-from lib.sequences import SequenceFeatures, pad_batch, sequence_features, trim_padding
-from lib.store import FeatureStore, StoreError
+from lib.core import features, sequences
+from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core.sequences import SequenceFeatures, pad_batch, sequence_features, trim_padding
+from lib.core.store import FeatureStore, StoreError
 
 DIM = 6
 LENGTHS = [3, 1, 9, 4, 7, 2, 5, 8]

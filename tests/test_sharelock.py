@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib.config import HeadConfig, LossConfig
-from lib.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib.core.config import HeadConfig, LossConfig
+from lib.methods.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
 
 
 def _method(kind="mlp"):

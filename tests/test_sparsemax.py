@@ -1,11 +1,11 @@
-"""Tests of lib.sparsemax against the `entmax` package (a peer implementation) and its defining properties."""
+"""Tests of lib.nn.sparsemax against the `entmax` package (a peer implementation) and its defining properties."""
 from __future__ import annotations
 
 import entmax
 import pytest
 import torch
 
-from lib.sparsemax import Sparsemax, sparsemax
+from lib.nn.sparsemax import Sparsemax, sparsemax
 
 
 @pytest.mark.parametrize("dim", [-1, 0, 1])

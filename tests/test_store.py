@@ -1,4 +1,4 @@
-"""Tests of lib.store, the cached-feature store (DESIGN.md §2)."""
+"""Tests of lib.core.store, the cached-feature store (DESIGN.md §2)."""
 import hashlib
 import json
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.store import CachedFeatures, FeatureStore, StoreError, spec_key
+from lib.core.store import CachedFeatures, FeatureStore, StoreError, spec_key
 
 N, DIM, SR = 10, 6, 4  # three shards: rows 0-3, 4-7, 8-9
 IDS = [f"img-{i:03d}" for i in range(N)]

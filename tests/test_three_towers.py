@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib import three_towers as tt
-from lib.config import ConfigError, LossConfig
+from lib.methods import three_towers as tt
+from lib.core.config import ConfigError, LossConfig
 
 VOCAB, CONTEXT, THIRD, EMBED = 50, 8, 24, 16
 IMAGE = tt.ImageTowerConfig(kind="convnet", widths=(8, 16), image_size=16)
@@ -196,7 +196,7 @@ def test_augmentation_keeps_shape_and_range_and_is_seeded():
 
 
 def test_training_with_fit_lowers_the_loss():
-    from lib import train
+    from lib.core import train
 
     method = build()
     data = batch(n=32, seed=5)

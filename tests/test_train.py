@@ -1,4 +1,4 @@
-"""Tests of lib.train.fit: learning, determinism, schedule, clipping, accumulation, early stopping."""
+"""Tests of lib.core.train.fit: learning, determinism, schedule, clipping, accumulation, early stopping."""
 import lib  # noqa: F401
 
 import math
@@ -10,9 +10,9 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import get_cosine_schedule_with_warmup
 
-from lib.heads import LinearHead, ShareLockHead
-from lib.losses import ClipLoss
-from lib.train import TrainConfig, TrainResult, cosine_with_warmup, fit, seed_everything
+from lib.nn.heads import LinearHead, ShareLockHead
+from lib.nn.losses import ClipLoss
+from lib.core.train import TrainConfig, TrainResult, cosine_with_warmup, fit, seed_everything
 
 
 

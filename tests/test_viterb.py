@@ -10,8 +10,9 @@ import pytest
 import yaml
 from conftest import chapter_metrics
 
-from lib import manifests, viterb, wordnet
-from lib.checksums import file_sha256
+from lib.chapters import viterb
+from lib.data import manifests, wordnet
+from lib.core.checksums import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ("awa2", "cub", "fgvc-aircraft", "imagenet-plus")
@@ -81,7 +82,7 @@ def test_no_unseen_image_is_used_in_training(dataset):
         if dataset == "emoji":
             assert image_id.split("/")[0] == bench.class_keys[bench.image_labels[i]]
     if dataset == "fashion-mnist":
-        from lib import fashion_mnist
+        from lib.data import fashion_mnist
 
         photos = fashion_mnist.load_test(200)
         assert [int(photos.labels[row]) for _, row in bench.image_rows] == list(bench.image_labels)

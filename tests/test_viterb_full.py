@@ -1,11 +1,11 @@
-"""ViTeRB full-config image loaders (lib.viterb.load_benchmark for awa2 / cub / fgvc-aircraft / imagenet-plus),
+"""ViTeRB full-config image loaders (lib.chapters.viterb.load_benchmark for awa2 / cub / fgvc-aircraft / imagenet-plus),
 run on tiny synthetic copies of each dataset in its released layout.
 
 Why synthetic: the real datasets are tens of GB and not on these machines (DESIGN.md §4: "tests exercise it on
 local files"). The copies use the real manifests (class lists, splits, layout, image settings), so the splits
 checked here are the ones a full run uses; only the pixels (8×8 images) and the FGVC-Aircraft family names (not
 shipped: read from the dataset's families.txt) are made up. The copies are found through the manifests'
-``<NAME>_DIR`` override (lib.manifests.location).
+``<NAME>_DIR`` override (lib.data.manifests.location).
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from lib import manifests, viterb, wordnet
-from lib.manifests import DatasetMissingError
-from lib.paths import REPO_ROOT
+from lib.chapters import viterb
+from lib.data import manifests, wordnet
+from lib.data.manifests import DatasetMissingError
+from lib.core.paths import REPO_ROOT
 
 CUB_SEEN = ["001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Albatross"]  # + the 50 unseen
 FAMILIES = ["Boeing 707", "Boeing 737", "Cessna 172", "DHC-8"] + [f"Family {i:02d}" for i in range(66)]

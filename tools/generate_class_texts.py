@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lib import viterb
+from lib.chapters import viterb
 
 MODEL = "offline/smollm2-135m-instruct"
 

@@ -55,9 +55,9 @@ def chapters() -> list[Path]:
 
 def fingerprint(source: Path) -> str:
     digest = hashlib.sha256()
-    inputs = [source, *sorted((ROOT / "notebooks" / "configs").glob("*.yaml")), *sorted((ROOT / "lib").glob("*.py"))]
+    inputs = [source, *sorted((ROOT / "notebooks" / "configs").glob("*.yaml")), *sorted((ROOT / "lib").rglob("*.py"))]
     for path in inputs:
-        digest.update(path.name.encode())
+        digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

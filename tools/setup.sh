@@ -13,10 +13,11 @@
 #   6. npm      npm pack of the emoji packages, checked against data_manifests/emoji.yaml
 #   7. kernel   Jupyter kernel "frozen-lip" inside .venv (--sys-prefix)
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
+#   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
 #
 # Usage:  bash tools/setup.sh            the project's own .venv (make setup)
 #         bash tools/setup.sh --here     install into the running interpreter instead (Colab, or a conda
-#                                        env): no venv, no kernel, no browser; a torch that is already
+#                                        env): no venv, no kernel, no browser, no MathJax; a torch that is already
 #                                        installed is kept (Colab's CUDA build), so torch is not re-pinned
 # Environment: PYTHON (interpreter: for the venv, or the one --here installs into; default python3),
 #              SETUP_STEPS (comma-separated subset of the step names above, e.g. "lib" or "npm,debian").
@@ -37,7 +38,7 @@ else
 fi
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser},"
+STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser,mathjax},"
 
 say() { echo "setup: $*"; }
 want() { [[ $STEPS == *",$1,"* ]]; }  # want STEP: true when STEP is selected (SETUP_STEPS)
@@ -207,4 +208,47 @@ else
   as_root apt-get update -qq
   as_root apt-get install -y -qq chromium
   say "browser installed (Debian chromium, for tests/test_book_browser.py)"
+fi
+
+# --- 9. MathJax, served by the book itself (npm pack, never a CDN) ------------------------------
+# The chapters' math must typeset for a reader who is offline, so the book carries its own MathJax:
+# the pinned npm package, checked against its sha256, with its es5/ build unpacked into
+# .cache/assets/book-static/mathjax/. book/_config.yml copies that folder into the built book's
+# _static/ (html_static_path) and loads MathJax from there (mathjax_path). Sphinx 7 expects
+# MathJax 3 (mathjax3_config), hence the 3.x pin.
+MATHJAX_SPEC=mathjax@3.2.2
+MATHJAX_SHA256=1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
+if ((HERE)) || ! want mathjax; then
+  :  # --here (Colab): the book is not built there
+else
+  MJ_DIR=.cache/assets/book-static/mathjax
+  MJ_TGZ=.cache/assets/npm/${MATHJAX_SPEC/@/-}.tgz   # npm pack names it <name>-<version>.tgz
+  if [[ -e $MJ_DIR/.installed && $(<"$MJ_DIR/.installed") == "$MATHJAX_SPEC $MATHJAX_SHA256" ]]; then
+    say "mathjax ok ($MATHJAX_SPEC in $MJ_DIR)"
+  else
+    mkdir -p "$(dirname "$MJ_TGZ")"
+    if [[ ! -e $MJ_TGZ ]]; then
+      if ! command -v npm >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq npm
+      fi
+      (cd "$(dirname "$MJ_TGZ")" && npm pack --silent "$MATHJAX_SPEC" >/dev/null)
+      say "npm packed: $MATHJAX_SPEC"
+    fi
+    if command -v sha256sum >/dev/null 2>&1; then got=$(sha256sum "$MJ_TGZ"); else got=$(shasum -a 256 "$MJ_TGZ"); fi
+    got=${got%% *}
+    if [[ $got != "$MATHJAX_SHA256" ]]; then
+      rm -f "$MJ_TGZ"  # so that the next run packs it again
+      echo "setup: checksum mismatch (file removed): $MJ_TGZ: sha256 $got, tools/setup.sh says $MATHJAX_SHA256" >&2
+      exit 1
+    fi
+    rm -rf "$MJ_DIR.tmp"
+    mkdir -p "$MJ_DIR.tmp"
+    tar -xzf "$MJ_TGZ" -C "$MJ_DIR.tmp" --strip-components=2 package/es5
+    echo "$MATHJAX_SPEC $MATHJAX_SHA256" > "$MJ_DIR.tmp/.installed"  # a dot file: Sphinx does not copy it
+    rm -rf "$MJ_DIR"
+    mv "$MJ_DIR.tmp" "$MJ_DIR"
+    say "mathjax installed ($MATHJAX_SPEC, sha256 checked, es5/ unpacked into $MJ_DIR)"
+  fi
 fi

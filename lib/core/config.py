@@ -1,0 +1,311 @@
+"""Validated configs: a notebook's ``small`` and ``full`` settings, checked before any work starts.
+
+Why: the worst way to learn that ``pooling: last-token`` should read ``last_token`` is an hour into a
+paper-scale precompute. Every field is checked on load against a dataclass schema, and a bad one
+gives a single line naming the field, the value and what is allowed (``ConfigError``).
+See ``notebooks/sharelock.py``, section "Configuration".
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from lib.core.paths import REPO_ROOT
+
+CONFIG_DIR = REPO_ROOT / "notebooks" / "configs"
+
+
+class ConfigError(ValueError):
+    """One line: which field, which value, what is allowed."""
+
+
+@dataclass(frozen=True)
+class TextModelConfig:
+    name: str
+    pooling: Literal["last_token", "mean", "cls"]
+    layer: int = -1
+    max_length: int = 77
+    batch_size: int = 64
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class VisionModelConfig:
+    name: str
+    library: Literal["timm", "transformers"]
+    image_size: int | None = None
+    crop_pct: float | None = None
+    batch_size: int = 64
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: Literal["emoji", "pairs"]
+    captions: Literal["label", "label_tags", "long"] = "label_tags"
+    prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
+    train_style: Literal["google", "twitter"] = "google"
+    other_style: Literal["google", "twitter"] = "twitter"
+    pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)
+    zero_shot: tuple[str, ...] = ()  # extra zero-shot datasets by manifest name
+    zero_shot_per_class: int | None = None  # cap images per class (small config); None = all
+    limit: int | None = None  # keep only the first N training concepts/pairs (tests)
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden_dim: int = 4096
+    num_layers: int = 4
+    dropout: float = 0.2
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    temperature: float = 0.07
+    learnable: bool = False
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How :func:`lib.core.train.fit` trains: the one schema of a chapter's ``train:`` section and of ``fit``.
+
+    The defaults are small and generic; every chapter config sets its own values. ShareLock's paper
+    and official code use steps 5000, batch 16,384 (official: 1,024 x 16 accumulation), lr 1e-3, weight
+    decay 1e-4, Adam, 150 warm-up steps, gradient clipping 1.0.
+
+    ``patience`` counts *evaluations* without a validation improvement larger than ``min_delta``
+    (ShareLock's official config: patience 50, min_delta 0.1, evaluated about every 31 optimiser steps);
+    the weights restored at the end are those of the lowest validation loss, whatever ``min_delta``.
+    ``eval_every`` counts optimiser steps. ``betas`` are Adam's (PyTorch's default (0.9, 0.999); FLAME's
+    official code uses (0.9, 0.95)). ``precision="bf16"`` runs every forward pass and loss under
+    ``torch.autocast`` in bfloat16 (the GPU path of the full configs: weights and optimiser stay fp32).
+    The seed and the device are arguments of ``fit``, not settings: one settings object serves every seed.
+    See notebooks/sharelock.py, section "Training the head".
+    """
+
+    steps: int = 1000
+    batch_size: int = 256
+    micro_batch_size: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    optimizer: Literal["adam", "adamw"] = "adam"
+    warmup_steps: int = 50
+    grad_clip: float | None = 1.0
+    eval_every: int = 50
+    patience: int | None = None
+    min_delta: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+    def __post_init__(self) -> None:  # ValueErrors become one-line ConfigErrors in build()
+        if isinstance(self.betas, list):  # a YAML list, or a caller's
+            object.__setattr__(self, "betas", tuple(self.betas))
+        if not (isinstance(self.betas, tuple) and len(self.betas) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in self.betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1), e.g. [0.9, 0.999], got {self.betas!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16' (bfloat16 autocast), got {self.precision!r}")
+        if self.optimizer not in ("adam", "adamw"):
+            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
+        for name in ("steps", "batch_size", "eval_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.micro_batch_size is not None and not 1 <= self.micro_batch_size <= self.batch_size:
+            raise ValueError(f"micro_batch_size must be between 1 and batch_size={self.batch_size}, "
+                             f"got {self.micro_batch_size}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0 or null (off), got {self.grad_clip}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be >= 1 or null (off), got {self.patience}")
+        if self.min_delta < 0:
+            raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
+        if self.lr <= 0 or self.weight_decay < 0:
+            raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    dtype: Literal["float16", "float32"] = "float16"
+    shard_rows: int = 4096
+    verify: Literal["always", "once", "never"] = "once"
+
+
+@dataclass(frozen=True)
+class ShareLockConfig:
+    data: DataConfig
+    vision: tuple[VisionModelConfig, ...]
+    text: tuple[TextModelConfig, ...]
+    head: HeadConfig = field(default_factory=HeadConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping with fields {', '.join(f.name for f in dataclasses.fields(tp))}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    bad = ConfigError(f"{where}: {value!r} is not allowed; expected {_describe(tp)}")
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _convert(value, option, where)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise bad
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        (item,) = typing.get_args(tp)[:1]
+        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is type(None):
+        if value is None:
+            return None
+        raise bad
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise bad
+        try:  # YAML reads 1e-3 (no dot) as a string; a huge integer overflows
+            number = float(value)
+        except (ValueError, OverflowError):
+            raise bad from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: {value!r} is not allowed; expected a finite number")
+        return number
+    if tp is str:
+        if isinstance(value, str) and value:
+            return value
+        raise bad
+    raise ConfigError(f"{where}: unsupported schema type {tp!r}")
+
+
+def build(schema: type, data: Any, where: str = "config"):
+    """Build a frozen dataclass from plain data, validating every field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected {_describe(schema)}, got {data!r}")
+    hints = typing.get_type_hints(schema)
+    names = {f.name for f in dataclasses.fields(schema)}
+    unknown = sorted(str(key) for key in set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field; allowed fields are {', '.join(sorted(names))}")
+    values = {}
+    for f in dataclasses.fields(schema):
+        here = f"{where}.{f.name}"
+        if f.name in data:
+            values[f.name] = _convert(data[f.name], hints[f.name], here)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{here}: missing; expected {_describe(hints[f.name])}")
+    try:
+        instance = schema(**values)
+    except (TypeError, ValueError) as error:  # a __post_init__ check
+        raise ConfigError(f"{where}: {error}") from None
+    _check_positive(instance, where)
+    return instance
+
+
+def _check_positive(instance: Any, where: str) -> None:
+    for name in ("steps", "batch_size", "hidden_dim", "num_layers", "shard_rows", "max_length", "image_size",
+                 "micro_batch_size", "eval_every", "patience", "zero_shot_per_class", "limit"):
+        value = getattr(instance, name, None)
+        if isinstance(value, int) and value <= 0:
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected a positive integer")
+    for name in ("temperature", "lr"):
+        value = getattr(instance, name, None)
+        if isinstance(value, float) and value <= 0:
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected a positive number")
+    warmup = getattr(instance, "warmup_steps", None)
+    if isinstance(warmup, int) and warmup < 0:
+        raise ConfigError(f"{where}.warmup_steps: {warmup!r} is not allowed; expected an integer >= 0")
+    clip = getattr(instance, "grad_clip", None)
+    if isinstance(clip, float) and clip <= 0:
+        raise ConfigError(f"{where}.grad_clip: {clip!r} is not allowed; expected a positive number or null (off)")
+    micro, batch = getattr(instance, "micro_batch_size", None), getattr(instance, "batch_size", None)
+    if isinstance(micro, int) and isinstance(batch, int) and micro > batch:
+        raise ConfigError(f"{where}.micro_batch_size: {micro!r} is not allowed; expected at most batch_size ({batch})")
+    for name in ("weight_decay", "crop_pct"):
+        value = getattr(instance, name, None)
+        if isinstance(value, float) and (value < 0 or (name == "crop_pct" and not 0 < value <= 1)):
+            allowed = "a number in (0, 1]" if name == "crop_pct" else "a number >= 0"
+            raise ConfigError(f"{where}.{name}: {value!r} is not allowed; expected {allowed}")
+    for name in ("seeds", "text", "vision"):
+        value = getattr(instance, name, None)
+        if isinstance(value, tuple) and not value:
+            raise ConfigError(f"{where}.{name}: [] is not allowed; expected at least one entry")
+    device = getattr(instance, "device", None)
+    if isinstance(device, str) and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise ConfigError(f"{where}.device: {device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    dropout = getattr(instance, "dropout", None)
+    if isinstance(dropout, float) and not 0 <= dropout < 1:
+        raise ConfigError(f"{where}.dropout: {dropout!r} is not allowed; expected a number in [0, 1)")
+
+
+def load(notebook: str, name: str, schema: type, overrides: dict | None = None):
+    """Load section ``name`` (``small`` / ``full``) of ``notebooks/configs/<notebook>.yaml``.
+
+    ``name`` may also be a path to a YAML file holding one config (e.g. a user's own variant).
+    ``overrides`` is a nested dict merged over the file (papermill parameters, tests).
+    """
+    path = CONFIG_DIR / f"{notebook}.yaml"
+    if Path(name).suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(Path(name).read_text())
+    else:
+        sections = yaml.safe_load(path.read_text())
+        if name not in sections:
+            raise ConfigError(f"config: {name!r} is not allowed; expected one of {', '.join(sections)} ({path})")
+        data = sections[name]
+    return build(schema, _merge(data, overrides or {}), where=name)
+
+
+def _merge(base: Any, extra: dict) -> Any:
+    if not isinstance(base, dict):
+        return extra
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(base.get(key), value) if isinstance(value, dict) else value
+    return merged
+
+
+def as_dict(instance: Any) -> dict:
+    return dataclasses.asdict(instance)

@@ -1,0 +1,179 @@
+"""Several processes (GPUs) with ``torch.distributed``: who am I, start/stop, and the gather the CLIP loss needs.
+
+Why this module exists: the book scales past one machine with the existing engines -- ``torchrun`` (or
+``accelerate launch``) starts the processes and sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``,
+``torch.distributed`` moves the tensors, ``DistributedDataParallel`` averages the gradients -- and only
+the glue lives here. See book/scale_out.md.
+
+The one piece of glue that matters for the numbers is :func:`gather_with_grad`. A contrastive loss
+needs the *whole* batch's embeddings as negatives, but under data parallelism each rank only embeds its
+own slice. Every rank therefore gathers all slices, with autograd flowing back through the gather
+(``torch.distributed.nn.functional.all_gather``, the op open_clip's ``gather_features(...,
+gather_with_grad=True)`` uses), and computes the loss over the full ``N x N`` logits (open_clip's
+``local_loss=False``). Why the gradients then equal single-process training exactly: every rank's loss
+is the global loss ``L``; the backward of ``all_gather`` *sums* the gradients that the W ranks send to
+a slice, so each slice receives ``W * dL/dx``; DDP *averages* parameter gradients over the W ranks,
+which divides that W out again. ``tests/test_distributed.py`` checks this numerically.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["env_rank", "env_world_size", "env_local_rank", "is_distributed", "rank", "world_size",
+           "init", "cleanup", "gather_with_grad", "no_gather", "gathered_rows", "reset_gathered_rows",
+           "broadcast_float", "mean_float"]
+
+_state = {"gather": True, "rows": 0}  # gathering on/off (validation turns it off); rows of the last gather
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        raise RuntimeError(f"environment variable {name}={value!r} is not an integer: it is set by torchrun / "
+                           "accelerate launch; unset it to run as a single process") from None
+
+
+def env_rank() -> int:
+    """``RANK`` as set by ``torchrun``/``accelerate launch`` (0 when not launched by them)."""
+    return _env_int("RANK", 0)
+
+
+def env_world_size() -> int:
+    """``WORLD_SIZE`` as set by the launcher (1 when not launched by one)."""
+    return _env_int("WORLD_SIZE", 1)
+
+
+def env_local_rank() -> int:
+    """``LOCAL_RANK``: the rank on this machine, hence the GPU index (0 when not launched)."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def is_distributed() -> bool:
+    """True when a process group with more than one process is initialised (then DDP and gathers apply)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    """This process's rank in the initialised group, else 0."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Processes in the initialised group, else 1."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def init(device: str | None = None, timeout_minutes: float = 30.0) -> torch.device:
+    """Join the process group that the launcher described in the environment; return this rank's device.
+
+    Device: ``device`` if given, else ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``. Backend:
+    NCCL for CUDA, gloo for CPU (NCCL cannot move CPU tensors, gloo has no fast GPU path). Not launched
+    (``WORLD_SIZE`` unset or 1): no group is created, and the rest of the book runs as a single process.
+    Idempotent: a group that already exists is kept. ``timeout_minutes`` bounds how long a collective
+    (a barrier) waits for the slowest rank -- precompute raises it, since ranks may finish hours apart.
+    """
+    local = env_local_rank()
+    if device is None:
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    size = env_world_size()
+    if size > 1 and not dist.is_initialized():
+        if not dist.is_available():
+            raise RuntimeError(f"WORLD_SIZE={size} but this torch build has no torch.distributed: "
+                               "install a build with it, or run a single process")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, rank=env_rank(), world_size=size,
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
+    return device
+
+
+def cleanup() -> None:
+    """Leave the process group (if any); call once at the end of a launched script."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """All ranks' ``x`` concatenated along dim 0 in rank order; gradients flow back to every slice.
+
+    Single process (or inside :func:`no_gather`): ``x`` itself. Ranks must pass the same shape. The
+    backward sums the gradients all ranks computed for this rank's slice (module docstring: with a loss
+    over the full gathered batch on every rank and DDP's gradient average, this gives exactly the
+    single-process gradient). The number of rows gathered is kept for :func:`gathered_rows`.
+    """
+    if not (_state["gather"] and is_distributed()):
+        return x
+    out = _all_gather_autograd(x)
+    _state["rows"] = out.shape[0]
+    return out
+
+
+def _all_gather_autograd(x: torch.Tensor) -> torch.Tensor:
+    """torch's differentiable all-gather: ``_functional_collectives.all_gather_single`` where it exists
+    (torch 2.13 deprecates the older ``torch.distributed.nn.functional.all_gather`` in its favour),
+    else the older op that open_clip uses. Both sum the gradients of a slice over ranks in the backward."""
+    try:
+        from torch.distributed._functional_collectives import all_gather_single
+    except ImportError:  # older torch
+        import torch.distributed.nn.functional as dist_fn
+
+        return torch.cat(dist_fn.all_gather(x), dim=0)
+    return all_gather_single(x.contiguous(), 0, dist.group.WORLD)
+
+
+@contextlib.contextmanager
+def no_gather() -> Iterator[None]:
+    """Within the block, :func:`gather_with_grad` returns its input: every rank computes a loss on its own
+    rows only. ``lib.core.train`` uses it for validation, which every rank runs on the whole validation set."""
+    before = _state["gather"]
+    _state["gather"] = False
+    try:
+        yield
+    finally:
+        _state["gather"] = before
+
+
+def gathered_rows() -> int:
+    """Rows of the most recent gather (0 if none since :func:`reset_gathered_rows`): ``lib.core.train`` reads it
+    to report how many negatives each contrastive loss really saw."""
+    return _state["rows"]
+
+
+def reset_gathered_rows() -> None:
+    _state["rows"] = 0
+
+
+def broadcast_float(value: float, src: int = 0) -> float:
+    """Rank ``src``'s ``value`` on every rank (identity when not distributed): decisions such as early
+    stopping must be taken on one number, or the ranks could disagree and deadlock in the next collective."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+    dist.broadcast(t, src=src)
+    return float(t.item())
+
+
+def mean_float(value: float) -> float:
+    """The mean of ``value`` over ranks (identity when not distributed), for logging a per-rank number."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def _collective_device() -> torch.device:
+    """NCCL only moves CUDA tensors; gloo moves CPU tensors."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

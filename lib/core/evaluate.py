@@ -1,0 +1,194 @@
+"""Zero-shot classification and retrieval metrics, following CLIP_benchmark's conventions.
+
+Why follow a benchmark's conventions to the letter: the papers' headline numbers come from
+CLIP_benchmark (ShareLock's published numbers included, not its own one-template test), and small
+choices (how templates are averaged, whether "recall@5" means *any* or *all* positives, mean-per-class
+recall versus accuracy) move results by points. See notebooks/sharelock.py, section
+"Zero-shot evaluation" (retrieval is measured there too).
+
+* :func:`zero_shot_classifier`: one prototype per class from prompt templates (:mod:`lib.data.templates`).
+* :func:`accuracy`, :func:`mean_per_class_recall`, :func:`classification_metrics`.
+* :func:`retrieval_metrics`: text->image and image->text recall@K, chunked.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "zero_shot_classifier",
+    "accuracy",
+    "mean_per_class_recall",
+    "classification_metrics",
+    "retrieval_metrics",
+]
+
+
+@torch.no_grad()
+def zero_shot_classifier(
+    encode_text: Callable[[list[str]], torch.Tensor],
+    classnames: Sequence[str],
+    templates: Sequence[str],
+) -> torch.Tensor:
+    """Class prototypes ``(C, D)`` from prompt templates ("prompt ensembling", CLIP section 3.1.4).
+
+    For each class, every template is filled with the class name (``{c}`` placeholder), embedded and
+    L2-normalised; the normalised embeddings are averaged and the mean is renormalised. This is what
+    CLIP's notebook, open_clip's ``build_zero_shot_classifier`` and CLIP_benchmark do. Normalising
+    *before* averaging gives every template the same weight whatever its embedding's norm.
+
+    All ``C * T`` texts go to ``encode_text`` in one call (class-major order: all templates of class 0,
+    then class 1, ...), so the encoder can batch and length-sort them as it likes. See
+    notebooks/sharelock.py, section "Zero-shot evaluation".
+    """
+    classnames = list(classnames)
+    templates = list(templates)
+    if not classnames or not templates:
+        raise ValueError("zero_shot_classifier needs at least one class name and one template")
+    missing = [t for t in templates if "{c}" not in t]
+    if missing:
+        raise ValueError(f"every template needs a '{{c}}' placeholder for the class name; these lack it: {missing}")
+    texts = [t.replace("{c}", c) for c in classnames for t in templates]
+    emb = encode_text(texts)
+    if not isinstance(emb, torch.Tensor) or emb.ndim != 2 or emb.shape[0] != len(texts):
+        shape = tuple(emb.shape) if isinstance(emb, torch.Tensor) else type(emb).__name__
+        raise ValueError(f"encode_text must return a ({len(texts)}, D) tensor for {len(texts)} texts, got {shape}")
+    emb = F.normalize(emb.float(), dim=-1).reshape(len(classnames), len(templates), -1)
+    return F.normalize(emb.mean(dim=1), dim=-1)
+
+
+def _check_logits_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
+    if logits.ndim != 2 or labels.ndim != 1 or logits.shape[0] != labels.shape[0]:
+        raise ValueError(
+            f"expected logits (N, C) and labels (N,), got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    if labels.numel() == 0:
+        raise ValueError("no samples to evaluate")
+
+
+@torch.no_grad()
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, topk: Sequence[int] = (1, 5)) -> dict[str, float]:
+    """Top-k accuracy: the fraction of rows whose label is among the k highest logits.
+
+    Keys are ``f"acc{k}"``; k is clipped to the number of classes (acc5 on a 3-class task is 1.0),
+    as CLIP_benchmark does.
+    """
+    _check_logits_labels(logits, labels)
+    labels = labels.to(logits.device)
+    num_classes = logits.shape[1]
+    maxk = min(max(topk), num_classes)
+    pred = logits.topk(maxk, dim=1).indices  # (N, maxk)
+    hit = pred == labels[:, None]
+    return {f"acc{k}": float(hit[:, : min(k, num_classes)].any(dim=1).float().mean()) for k in topk}
+
+
+@torch.no_grad()
+def mean_per_class_recall(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean over the classes present in ``labels`` of each class's top-1 recall.
+
+    This is CLIP_benchmark's "mean_per_class_recall" (sklearn's ``balanced_accuracy_score``) and the
+    ViTeRB score ("mean per-class accuracy"): on imbalanced test sets it weighs every class equally,
+    unlike accuracy, which weighs every image equally.
+    """
+    _check_logits_labels(logits, labels)
+    labels = labels.to(logits.device)
+    pred = logits.argmax(dim=1)
+    classes, counts = labels.unique(return_counts=True)
+    correct = torch.zeros_like(counts).index_add_(
+        0, torch.searchsorted(classes, labels), (pred == labels).to(counts.dtype)
+    )
+    return float((correct.double() / counts.double()).mean())
+
+
+@torch.no_grad()
+def classification_metrics(
+    image_emb: torch.Tensor, classifier: torch.Tensor, labels: torch.Tensor
+) -> dict[str, float]:
+    """acc1, acc5 and mean_per_class_recall of ``image_emb @ classifier.T``.
+
+    ``classifier`` is the ``(C, D)`` output of :func:`zero_shot_classifier`; ``image_emb`` the
+    ``(N, D)`` (normalised) image embeddings. See notebooks/sharelock.py, section "Zero-shot evaluation".
+    """
+    if image_emb.ndim != 2 or classifier.ndim != 2 or image_emb.shape[1] != classifier.shape[1]:
+        raise ValueError(
+            f"expected image_emb (N, D) and classifier (C, D), got {tuple(image_emb.shape)} and "
+            f"{tuple(classifier.shape)}"
+        )
+    logits = image_emb.float() @ classifier.float().to(image_emb.device).T
+    out = accuracy(logits, labels, topk=(1, 5))
+    out["mean_per_class_recall"] = mean_per_class_recall(logits, labels)
+    return out
+
+
+@torch.no_grad()
+def retrieval_metrics(
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    text_to_image: torch.Tensor,
+    ks: Sequence[int] = (1, 5, 10),
+    chunk_size: int | None = None,
+) -> dict[str, float]:
+    """Recall@K for retrieval in both directions, with one or more texts per image.
+
+    ``text_to_image[t]`` is the index of text t's image. Names and definitions are CLIP_benchmark's:
+
+    * ``image_retrieval_recall@k`` (text -> image): fraction of *texts* whose image is among the k
+      images most similar to the text;
+    * ``text_retrieval_recall@k`` (image -> text): fraction of *images* for which **any** of their
+      texts is among the k texts most similar to the image ("any positive in top-K"; COCO and
+      Flickr have 5 captions per image and one hit suffices).
+
+    Images without any text cannot be retrieved to and are left out of the image -> text mean (CLIP_benchmark
+    would count them as misses; real benchmarks have none). k larger than the candidate set is clipped.
+    Scores are computed ``chunk_size`` query rows at a time (default: about 2**24 scores per chunk), so a
+    50k x 50k similarity matrix never exists at once. See notebooks/sharelock.py, section "Zero-shot evaluation".
+    """
+    if image_emb.ndim != 2 or text_emb.ndim != 2 or image_emb.shape[1] != text_emb.shape[1]:
+        raise ValueError(
+            f"expected image_emb (I, D) and text_emb (T, D), got {tuple(image_emb.shape)} and {tuple(text_emb.shape)}"
+        )
+    n_img, n_txt = image_emb.shape[0], text_emb.shape[0]
+    device = image_emb.device
+    text_to_image = torch.as_tensor(text_to_image, dtype=torch.long).to(device)
+    if text_to_image.shape != (n_txt,):
+        raise ValueError(f"text_to_image must have one entry per text ({n_txt}), got shape {tuple(text_to_image.shape)}")
+    if n_txt and (text_to_image.min() < 0 or text_to_image.max() >= n_img):
+        raise ValueError(f"text_to_image must index images in [0, {n_img}), got values outside")
+    if n_img == 0 or n_txt == 0:
+        raise ValueError("retrieval needs at least one image and one text")
+    image_emb = image_emb.float()
+    text_emb = text_emb.float().to(device)
+
+    def chunk_rows(n_cols: int) -> int:
+        return chunk_size if chunk_size is not None else max(1, 2**24 // max(1, n_cols))
+
+    out: dict[str, float] = {}
+
+    # text -> image: rank images for each text.
+    k_img = min(max(ks), n_img)
+    hits_t2i = torch.zeros(n_txt, k_img, dtype=torch.bool, device=device)
+    step = chunk_rows(n_img)
+    for s in range(0, n_txt, step):
+        scores = text_emb[s : s + step] @ image_emb.T
+        top = scores.topk(k_img, dim=1).indices
+        hits_t2i[s : s + step] = top == text_to_image[s : s + step, None]
+    for k in ks:
+        out[f"image_retrieval_recall@{k}"] = float(hits_t2i[:, : min(k, n_img)].any(dim=1).float().mean())
+
+    # image -> text: rank texts for each image; a hit is any text belonging to the image.
+    has_text = torch.zeros(n_img, dtype=torch.bool, device=device)
+    has_text[text_to_image] = True
+    k_txt = min(max(ks), n_txt)
+    hits_i2t = torch.zeros(n_img, k_txt, dtype=torch.bool, device=device)
+    step = chunk_rows(n_txt)
+    for s in range(0, n_img, step):
+        scores = image_emb[s : s + step] @ text_emb.T
+        top = scores.topk(k_txt, dim=1).indices
+        rows = torch.arange(s, s + scores.shape[0], device=device)
+        hits_i2t[s : s + step] = text_to_image[top] == rows[:, None]
+    hits_i2t = hits_i2t[has_text]
+    for k in ks:
+        out[f"text_retrieval_recall@{k}"] = float(hits_i2t[:, : min(k, n_txt)].any(dim=1).float().mean())
+    return out

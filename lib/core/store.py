@@ -1,0 +1,422 @@
+"""The cached-feature store: frozen-model features computed once, re-read many times.
+
+Explained in notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline";
+decisions in DESIGN.md §2; running it on many processes in book/scale_out.md.
+
+Every method in the book trains small heads on features of *frozen* models (LLM text features,
+DINOv2 image features). Encoding is by far the most expensive step (ShareLock: 80 GB of images
+become 12 GB of features), so it is done once per *spec* -- a dict naming everything that changes
+the numbers (model id + revision or file hash, layer, pooling, prompt template, dtype,
+preprocessing, dataset manifest hash) -- and every later run reads the cache.
+
+Layout of one entry, ``root/<key[:2]>/<key>/`` with ``key = spec_key(spec)``::
+
+    spec.json                 the spec, for humans and for `grep`
+    ids.json                  the row ids; row i of the features belongs to ids[i]
+    shard-00000.npy           rows [0, shard_rows), plain .npy (no pickle), memory-mapped on read
+    shard-00000.json          sidecar {index, rows, shape, dtype, sha256, nbytes}
+    manifest.json             written last, once every shard exists: the entry is complete
+    locks/entry.lock          empty files that processes ``flock``; never deleted (see "Concurrency")
+    locks/shard-00000.lock
+
+Why it looks like this:
+
+* **Rows follow ``ids``.** Rows are never ordered by a dict or a directory listing (ShareLock's
+  official code orders class prototypes by ``list_keys()``, a latent misalignment bug).
+* **Write-then-rename.** Every file goes to a temp file in the same directory, is fsynced, then
+  ``os.replace``-d into place, so a crash leaves either the old state or the new one, never half a
+  file under a real name. A shard's sidecar is written only *after* its ``.npy`` is in place: a
+  shard is finished iff its sidecar exists and the ``.npy`` matches it. Hence precompute is
+  resumable: finished shards are never recomputed, a shard without a sidecar always is.
+* **Checksums.** Sidecars carry the sha256 of the ``.npy`` file; reads verify it per the store's
+  ``verify`` policy. The manifest carries a sha256 of its own content, so an edited or damaged
+  manifest is reported as such (not as a bad shard). :meth:`FeatureStore.repair` deletes exactly the
+  shards that fail, restores a lost sidecar from the manifest, and drops a manifest or ``ids.json``
+  that disagrees with intact shards, so the next :meth:`FeatureStore.get_or_compute` recomputes only
+  what was broken. The manifest holds no timestamp: the same inputs give a bit-identical entry.
+* **Ranks.** With ``world_size`` W, rank r computes shards r, r+W, ... (``torchrun``/``accelerate``),
+  so many GPUs need no new code; whichever process finds all shards present writes the manifest.
+* **Concurrency.** Any number of processes may precompute into one entry at once (ranks, or two
+  notebooks started together). A process computes a shard only while it holds that shard's lock
+  (``fcntl.flock`` on ``locks/shard-NNNNN.lock``) and re-checks under the lock that the shard is still
+  unfinished, so no shard is computed twice; it first takes the shards nobody holds and then waits
+  for the others, which are normally finished by then. ``locks/entry.lock`` guards the small files
+  (``spec.json``, ``ids.json``, ``manifest.json``) and :meth:`FeatureStore.repair`. A process holds
+  at most one shard lock, and never asks for the entry lock while holding a shard lock (repair takes
+  the entry lock, then one shard lock at a time), so there is no lock cycle and no deadlock. The
+  kernel drops an flock when its process dies, SIGKILL included: a crash never leaves a stale lock.
+  Temp files of a shard are deleted only under that shard's lock, so a crash's leftovers go and a
+  live writer's do not. A pure cache hit takes no lock (read-only stores work). Without ``fcntl``
+  (Windows) or on a file system that refuses ``flock``, locking is off: use one process per entry.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lib.core import store_files
+from lib.core.store_files import (
+    _DTYPES, _META, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _fault,
+    _flock, _manifest_digest, _npy_header, _open_shard, _read_manifest, _repair_hint, _sha, _verified, spec_key,  # noqa: F401  (_verified: bench/store.py clears it)
+)
+
+__all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures", "store_files"]
+
+
+class FeatureStore:
+    """A directory of cache entries, one per spec (see the module docstring and DESIGN.md §2).
+
+    ``dtype`` is how new shards are stored (float16 halves disk and RAM; overflow is an error,
+    never a silent inf). ``verify``: "once" checks a shard's sha256 the first time this process
+    opens it, "always" on every open, "never" trusts the sidecar (sizes and shapes are always checked).
+    Several processes may precompute into one entry at once (see "Concurrency" in the module docstring).
+    """
+
+    def __init__(self, root: str | os.PathLike, *, dtype: str = "float16", shard_rows: int = 4096,
+                 verify: str = "once"):
+        if dtype not in _DTYPES:
+            raise StoreError(f"FeatureStore dtype={dtype!r} is not supported: use one of {_DTYPES}")
+        if verify not in _VERIFY:
+            raise StoreError(f"FeatureStore verify={verify!r} is not supported: use one of {_VERIFY}")
+        if not isinstance(shard_rows, int) or shard_rows < 1:
+            raise StoreError(f"FeatureStore shard_rows={shard_rows!r} must be a positive int")
+        self.root, self.dtype, self.shard_rows, self.verify = Path(root), dtype, shard_rows, verify
+        # One record per get_or_compute call of this object: {"key", "rows", "computed": [shard indices
+        # this process computed]}. How lib.core.features reports what a run computed (also on ranks that
+        # get None back while other ranks' shards are missing).
+        self.calls: list[dict] = []
+
+    def _layout(self, dtype: str | None, shard_rows: int | None) -> tuple[str, int]:
+        """The (dtype, shard_rows) of one entry: the call's, else this store's defaults."""
+        dtype = self.dtype if dtype is None else dtype
+        shard_rows = self.shard_rows if shard_rows is None else shard_rows
+        if dtype not in _DTYPES:
+            raise StoreError(f"dtype={dtype!r} is not supported: use one of {_DTYPES}")
+        if not isinstance(shard_rows, int) or isinstance(shard_rows, bool) or shard_rows < 1:
+            raise StoreError(f"shard_rows={shard_rows!r} must be a positive int")
+        return dtype, shard_rows
+
+    def entry_dir(self, spec: Mapping) -> Path:
+        key = spec_key(spec)
+        return self.root / key[:2] / key
+
+    def has(self, spec: Mapping) -> bool:
+        """True iff the entry is complete (its manifest exists)."""
+        return (self.entry_dir(spec) / "manifest.json").is_file()
+
+    def open(self, spec: Mapping) -> CachedFeatures:
+        """The complete entry for ``spec``; a StoreError saying to run the precompute otherwise."""
+        entry = self.entry_dir(spec)
+        if not (entry / "manifest.json").is_file():
+            done = len(list(entry.glob("shard-*.json"))) if entry.is_dir() else 0
+            raise StoreError(f"no complete entry for this spec (key {entry.name}, {entry}; {done} shard(s) finished): "
+                             "run the precompute step, FeatureStore.get_or_compute(spec, ids, compute), first")
+        return self._load(entry)
+
+    def _load(self, entry: Path, computed: int = 0) -> CachedFeatures:
+        manifest = _read_manifest(entry)
+        ids_path = entry / "ids.json"
+        raw = ids_path.read_bytes() if ids_path.is_file() else None
+        if raw is None or _sha(raw) != manifest["ids_sha256"]:
+            state = "is missing" if raw is None else "does not match the ids hash in its manifest (damaged)"
+            raise StoreError(f"ids.json of entry {entry.name} ({ids_path}) {state}: {_repair_hint(entry)} with this "
+                             "entry's ids (it rewrites ids.json and recomputes nothing)")
+        return CachedFeatures(entry, manifest, json.loads(raw), self.verify,
+                              shards_computed=computed, shards_reused=len(manifest["shards"]) - computed)
+
+    @staticmethod
+    def _lock_path(entry: Path, shard: int | None = None) -> Path:
+        return entry / "locks" / ("entry.lock" if shard is None else f"shard-{shard:05d}.lock")
+
+    def _check_ids(self, entry: Path, key: str, ids_raw: bytes) -> None:
+        """ids.json must hold exactly this call's ids; one message saying why not otherwise."""
+        path = entry / "ids.json"
+        raw = path.read_bytes()
+        if raw == ids_raw:
+            return
+        try:
+            vouched = _read_manifest(entry)["ids_sha256"] == _sha(ids_raw)
+        except StoreError:
+            vouched = False
+        if vouched:
+            raise StoreError(f"ids.json of entry {key} ({path}) is damaged: it does not match the ids hash in the "
+                             f"manifest, which this call's ids do: {_repair_hint(entry)}")
+        try:
+            parsed = json.loads(raw)
+            readable = isinstance(parsed, list) and all(isinstance(i, str) for i in parsed)
+        except ValueError:
+            readable = False
+        if not readable:
+            raise StoreError(f"ids.json of entry {key} ({path}) is damaged (not a JSON list of str) and no manifest "
+                             f"says which ids its shards hold: delete {entry} and rerun get_or_compute")
+        raise StoreError(f"entry {key} ({entry}) was built for different ids than this call passes: the ids "
+                         "changed but the spec did not. Put the dataset manifest hash (or a hash of the ids) "
+                         "in the spec so each dataset version gets its own entry, or delete the entry directory")
+
+    def _hit(self, entry: Path, key: str, ids_raw: bytes, dtype: str) -> CachedFeatures:
+        self._check_ids(entry, key, ids_raw)
+        manifest = _read_manifest(entry)
+        if manifest["dtype"] != dtype:
+            raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this call asks for "
+                             f"dtype={dtype}: put the dtype in the spec, or ask for dtype={manifest['dtype']!r}")
+        return self._load(entry)
+
+    def get_or_compute(self, spec: Mapping, ids: Sequence[str],
+                       compute: Callable[[np.ndarray], np.ndarray | torch.Tensor],
+                       *, dtype: str | None = None, shard_rows: int | None = None, rank: int = 0,
+                       world_size: int = 1, progress: bool | None = None,
+                       desc: str | None = None) -> CachedFeatures | None:
+        """Return the features of ``ids`` under ``spec``, computing only the shards not yet on disk.
+
+        ``compute(rows)`` gets the int64 row indices (into ``ids``) of one shard and returns a
+        ``(len(rows), dim)`` float array or tensor. With ``world_size`` W > 1 this process computes
+        only shards ``s % W == rank`` and returns ``None`` while other ranks' shards are missing;
+        after a barrier (``torch.distributed.barrier()``, ``accelerator.wait_for_everyone()``) any
+        rank gets the complete entry from :meth:`open` or another call. ``progress=None``: a tqdm
+        bar unless the ``CI`` environment variable is set. Safe to call from several processes at
+        once for the same spec: each shard is computed by one of them (module docstring, "Concurrency").
+        ``dtype`` / ``shard_rows``: how this entry's shards are stored (default: the store's); an entry is
+        always read back with the layout it was written with.
+        """
+        dtype, shard_rows = self._layout(dtype, shard_rows)
+        key = spec_key(spec)
+        entry = self.root / key[:2] / key
+        if not (isinstance(world_size, int) and isinstance(rank, int) and 0 <= rank < world_size):
+            raise StoreError(f"rank={rank!r}, world_size={world_size!r}: need 0 <= rank < world_size")
+        ids = list(ids)
+        if not ids or not all(isinstance(i, str) for i in ids):
+            raise StoreError(f"entry {key}: ids must be a non-empty sequence of str (row i belongs to ids[i])")
+        ids_raw = _canonical(ids)
+        record = {"key": key, "rows": len(ids), "computed": []}
+        self.calls.append(record)
+        if (entry / "manifest.json").is_file() and (entry / "ids.json").is_file():
+            return self._hit(entry, key, ids_raw, dtype)  # the common case: no lock, nothing written
+        entry.mkdir(parents=True, exist_ok=True)
+
+        with _flock(self._lock_path(entry)):
+            self._clean_temp(entry, meta=True)
+            if not (entry / "spec.json").is_file():
+                spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True)
+                _atomic_write(entry / "spec.json", spec_json.encode(), "spec")
+            if not (entry / "ids.json").is_file():
+                _atomic_write(entry / "ids.json", ids_raw, "ids")
+            self._check_ids(entry, key, ids_raw)
+            if (entry / "manifest.json").is_file():
+                return self._hit(entry, key, ids_raw, dtype)
+
+        layout = (dtype, shard_rows)
+        n_shards = -(-len(ids) // shard_rows)
+        todo = [s for s in range(rank, n_shards, world_size)
+                if self._finished(entry, key, s, len(ids), layout) is None]
+        show = (not os.environ.get("CI")) if progress is None else progress
+        computed, busy = 0, []
+        with tqdm(total=len(todo), desc=desc or f"features {key[:8]}", unit="shard", disable=not show) as bar:
+            for s in todo:  # first the shards nobody holds ...
+                with _flock(self._lock_path(entry, s), blocking=False) as held:
+                    if not held:
+                        busy.append(s)
+                        continue
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record)
+                bar.update()
+            for s in busy:  # ... then wait for the ones another process was computing (normally finished)
+                with _flock(self._lock_path(entry, s)):
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record)
+                bar.update()
+
+        with _flock(self._lock_path(entry)):
+            if (entry / "manifest.json").is_file():  # another process completed the entry meanwhile
+                return self._load(entry, computed)
+            sidecars = [self._finished(entry, key, s, len(ids), layout) for s in range(n_shards)]
+            if any(sc is None for sc in sidecars):
+                if world_size > 1:
+                    return None  # other ranks still working; see docstring
+                raise StoreError(f"entry {key} ({entry}) is still incomplete after computing every shard: another "
+                                 "process is deleting shards; rerun get_or_compute")
+            dims = {sc["shape"][1] for sc in sidecars}
+            if len(dims) != 1:
+                raise StoreError(f"shards of entry {key} ({entry}) disagree on the feature dim {sorted(dims)}: "
+                                 f"delete {entry} and rerun get_or_compute")
+            self._clean_temp(entry, meta=True, idle_shards=True)
+            manifest = {"key": key, "spec": json.loads(_canonical(spec)), "n_rows": len(ids), "dim": dims.pop(),
+                        "dtype": dtype, "shard_rows": shard_rows, "shards": sidecars,
+                        "ids_sha256": _sha(ids_raw)}
+            manifest["manifest_sha256"] = _manifest_digest(manifest)
+            _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode(), "manifest")
+        return self._load(entry, computed)
+
+    def _claimed_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable, layout: tuple[str, int],
+                       record: dict) -> int:
+        """With shard ``s``'s lock held: clear its temp files, compute it unless finished meanwhile."""
+        _fault("shard_claimed")
+        self._clean_temp(entry, shard=s)
+        if self._finished(entry, key, s, n, layout, warn=False) is not None:
+            return 0  # another process finished it while we waited
+        self._compute_shard(entry, key, s, n, compute, layout)
+        record["computed"].append(s)
+        return 1
+
+    @staticmethod
+    def _rows(s: int, n: int, shard_rows: int) -> list[int]:
+        return [s * shard_rows, min((s + 1) * shard_rows, n)]
+
+    def _finished(self, entry: Path, key: str, s: int, n: int, layout: tuple[str, int],
+                  warn: bool = True) -> dict | None:
+        """The sidecar of shard ``s`` if the shard is finished, else None (cheap: no hashing)."""
+        side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
+        if not side.is_file():
+            return None
+        try:
+            sc = json.loads(side.read_bytes())
+            _check_sidecar(sc, s)
+        except (OSError, ValueError):  # cannot happen via _atomic_write: damage after the fact
+            if warn:
+                warnings.warn(f"sidecar of shard {s} of entry {key} ({side}) is unreadable; recomputing the shard")
+            return None
+        dtype, shard_rows = layout
+        if sc["rows"] != self._rows(s, n, shard_rows) or sc["dtype"] != dtype:
+            raise StoreError(f"shard {s} of entry {key} ({side}) holds rows {sc['rows']} as {sc['dtype']}, but this "
+                             f"call (shard_rows={shard_rows}, dtype={dtype}) expects "
+                             f"{self._rows(s, n, shard_rows)} as {dtype}: reuse the settings that started this "
+                             f"entry (put the dtype in the spec), or delete {entry}")
+        try:
+            ok = npy.stat().st_size == sc["nbytes"] and list(_npy_header(npy)[0]) == sc["shape"]
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            if warn:
+                warnings.warn(f"shard {s} of entry {key} ({npy}) does not match its sidecar; recomputing it")
+            return None
+        return sc
+
+    def _compute_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable,
+                       layout: tuple[str, int]) -> None:
+        dtype, shard_rows = layout
+        start, stop = self._rows(s, n, shard_rows)
+        rows = np.arange(start, stop, dtype=np.int64)
+        out = compute(rows)
+        if isinstance(out, torch.Tensor):
+            if not out.is_floating_point():
+                raise StoreError(f"compute returned a {out.dtype} tensor for shard {s} of entry {key}: "
+                                 "return float features")
+            x = out.detach().to("cpu", torch.float32).numpy()
+        else:
+            x = np.asarray(out)
+            if not np.issubdtype(x.dtype, np.floating):
+                raise StoreError(f"compute returned {x.dtype} for shard {s} of entry {key}: return float features")
+            x = x.astype(np.float32, copy=False)
+        if x.ndim != 2 or x.shape[0] != len(rows):
+            raise StoreError(f"compute returned shape {tuple(x.shape)} for shard {s} of entry {key} "
+                             f"(rows {start}:{stop}): it must return ({len(rows)}, dim)")
+        finite = np.isfinite(x)
+        if not finite.all():
+            raise StoreError(f"compute returned nan/inf for shard {s} of entry {key} (rows {start}:{stop}): "
+                             "fix the encoder; non-finite features are never stored")
+        with np.errstate(over="ignore"):
+            y = x.astype(dtype)
+        if not np.isfinite(y).all():
+            raise StoreError(f"features overflow {dtype} in entry {key} (shard {s}, max |x| = "
+                             f"{np.abs(x).max():.3g}): use FeatureStore(dtype='float32') and put the dtype in the spec")
+        _fault("shard_computed")
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(y), allow_pickle=False)
+        data = buf.getvalue()
+        _atomic_write(entry / f"shard-{s:05d}.npy", data, "npy")  # the data first ...
+        sidecar = {"index": s, "rows": [start, stop], "shape": list(y.shape), "dtype": dtype,
+                   "sha256": _sha(data), "nbytes": len(data)}
+        _atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode(), "sidecar")  # ... then its sidecar
+
+    def _clean_temp(self, entry: Path, *, shard: int | None = None, meta: bool = False,
+                    idle_shards: bool = False) -> None:
+        """Delete crash leftovers, each only under the lock that its writer would hold.
+
+        ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
+        ids.json, manifest.json (caller holds the entry lock). ``idle_shards``: temp files of any shard
+        whose lock is free right now (a live writer holds its shard's lock, so its files stay).
+        """
+        prefixes = [f".shard-{shard:05d}."] if shard is not None else []
+        prefixes += [f".{name}." for name in _META] if meta else []
+        for tmp in sorted(entry.glob(".*.tmp")):
+            name = tmp.name
+            if not name.startswith(tuple(prefixes)):
+                if not (idle_shards and name.startswith(".shard-") and name[7:12].isdigit()):
+                    continue
+                with _flock(self._lock_path(entry, int(name[7:12])), blocking=False) as held:
+                    if held:
+                        tmp.unlink(missing_ok=True)
+                continue
+            tmp.unlink(missing_ok=True)
+
+    def repair(self, spec: Mapping) -> list[int]:
+        """Make the entry consistent again; return the indices of the shards it deleted.
+
+        Every shard is checked in full (sha256) against its sidecar, or against the manifest's copy
+        when the sidecar is lost or damaged (then the sidecar is restored). A shard that matches
+        neither is deleted, so the next :meth:`get_or_compute` recomputes exactly those shards. A
+        manifest that is damaged or disagrees with intact shards is deleted (the next call rebuilds it
+        without recomputing anything), and so is an ``ids.json`` that disagrees with an intact
+        manifest (the next call rewrites it). Crash leftovers (temp files) go too. Safe while other
+        processes precompute into the entry: it takes the entry lock, then each shard's lock in turn.
+        """
+        entry = self.entry_dir(spec)
+        if not entry.is_dir():
+            raise StoreError(f"no entry for this spec (key {entry.name}) under {self.root}: nothing to repair")
+        key = entry.name
+        with _flock(self._lock_path(entry)):
+            self._clean_temp(entry, meta=True)
+            spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True).encode()
+            spec_path = entry / "spec.json"
+            if spec_path.is_file() and spec_path.read_bytes() != spec_json:
+                _atomic_write(spec_path, spec_json, "spec")
+            manifest_path, manifest, listed, drop_manifest = entry / "manifest.json", None, {}, False
+            if manifest_path.is_file():
+                try:
+                    manifest = _read_manifest(entry)
+                    listed = {sc["index"]: sc for sc in manifest["shards"]}
+                except StoreError:
+                    drop_manifest = True
+            found = {int(p.name[6:11]) for p in entry.glob("shard-?????.*") if p.name[6:11].isdigit()}
+            temps = {int(p.name[7:12]) for p in entry.glob(".shard-?????.*.tmp") if p.name[7:12].isdigit()}
+            bad = []
+            for s in sorted(found | set(listed) | temps):
+                with _flock(self._lock_path(entry, s)):
+                    self._clean_temp(entry, shard=s)
+                    if s not in found and s not in listed:
+                        continue
+                    side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
+                    try:
+                        sidecar = json.loads(side.read_bytes())
+                    except (OSError, ValueError):
+                        sidecar = None
+                    good = None
+                    for record in (sidecar, listed.get(s)):
+                        if good is None and record is not None:
+                            try:
+                                _check_sidecar(record, s)
+                                _open_shard(entry, key, record, "always")
+                                good = record
+                            except (ValueError, StoreError):
+                                pass
+                    if good is None:
+                        bad.append(s)
+                        for p in (side, npy):
+                            p.unlink(missing_ok=True)
+                        continue
+                    if sidecar != good:  # lost or damaged, but the manifest's copy matches the data
+                        _atomic_write(side, json.dumps(good).encode(), "sidecar")
+                    if s in listed and listed[s] != good:
+                        drop_manifest = True
+            ids_path = entry / "ids.json"
+            if manifest is not None and not drop_manifest and not bad and ids_path.is_file() and \
+                    _sha(ids_path.read_bytes()) != manifest["ids_sha256"]:
+                ids_path.unlink()  # the manifest vouches for the ids: get_or_compute rewrites the file
+            if bad or drop_manifest:
+                manifest_path.unlink(missing_ok=True)
+        return bad

@@ -1,0 +1,292 @@
+"""The store's files: canonical keys, atomic writes, locks, checked sidecars and manifests, and the
+read side (:class:`CachedFeatures`, memory-mapped shards checked against their sha256).
+
+Why apart from ``lib.core.store``: these are the on-disk guarantees (write-then-rename, ``flock``,
+checksums) that :class:`lib.core.store.FeatureStore` builds on; each is small and tested by damaging
+files (tests/test_reliability_store.py). The layout and the reasons are in ``lib.core.store``'s
+docstring and book/design.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import math
+import os
+import secrets
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lib.core.checksums import file_sha256
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" in lib.core.store)
+    fcntl = None
+
+_DTYPES = ("float16", "float32")
+_VERIFY = ("always", "once", "never")
+_META = ("spec.json", "ids.json", "manifest.json")  # small files written under the entry lock
+_verified: set[tuple] = set()  # files whose sha256 this process has checked ("once" policy)
+_verified_lock = threading.Lock()
+_no_flock_warned = False
+
+# Test hook (tests/_precompute_worker.py): when set, called with the name of each step of a write, so a
+# test can SIGKILL the process at exactly that point. Events: "shard_claimed", "shard_computed", and for
+# each file kind K in spec, ids, npy, sidecar, manifest: "K_partial" (half the temp file written),
+# "before_K_rename", "after_K_rename". None in normal use (one `is None` check per event).
+_FAULT_HOOK: Callable[[str], None] | None = None
+
+
+def _fault(event: str) -> None:
+    if _FAULT_HOOK is not None:
+        _FAULT_HOOK(event)
+
+
+class StoreError(RuntimeError):
+    """Any store failure. The message names the entry, shard or file, and says what to do."""
+
+
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_json(value, path: str) -> None:
+    """Reject what json would silently coerce or could not round-trip, naming the field."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise StoreError(f"spec field {path} is {value}, which JSON cannot represent: "
+                             "use a finite number or a string")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json(v, f"{path}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise StoreError(f"spec field {path} has key {k!r} of type {type(k).__name__}: spec keys must be str")
+            _check_json(v, f"{path}[{k!r}]")
+        return
+    raise StoreError(f"spec field {path} has type {type(value).__name__}, which is not a JSON type: convert it "
+                     "(str(), int(), float(), list()) before building the spec, so the cache key is well defined")
+
+
+def spec_key(spec: Mapping) -> str:
+    """sha256 hex of the spec's canonical JSON: independent of dict order, changed by any field."""
+    if not isinstance(spec, Mapping):
+        raise StoreError(f"spec must be a dict of JSON values, got {type(spec).__name__}")
+    _check_json(spec, "spec")
+    return _sha(_canonical(spec))
+
+
+def _atomic_write(path: Path, data: bytes, kind: str) -> None:
+    """Write-then-rename: readers see the old file or the whole new one, never a torn write.
+
+    ``kind`` names the file in the test hook's events (``{kind}_partial``, ``before_{kind}_rename``, ...).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    view = memoryview(data)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(view[:len(view) // 2])
+            if _FAULT_HOOK is not None:
+                f.flush()
+                _fault(f"{kind}_partial")
+            f.write(view[len(view) // 2:])
+            f.flush()
+            os.fsync(f.fileno())
+        _fault(f"before_{kind}_rename")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    try:  # make the rename itself durable (directories cannot be opened on every platform)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    _fault(f"after_{kind}_rename")
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if absent) for the block; yields whether it is held.
+
+    ``blocking=False`` yields False at once if another process (or another open of the file in this
+    process) holds it. Closing the descriptor releases the lock, and so does the death of the process.
+    """
+    global _no_flock_warned
+    if fcntl is None:
+        yield True
+        return
+    path.parent.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            held = True
+        except BlockingIOError:
+            held = False
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            if not _no_flock_warned:
+                _no_flock_warned = True
+                warnings.warn(f"the file system of {path} refuses flock ({e}): the feature store runs without "
+                              "locks, so precompute each entry from one process at a time")
+            held = True
+        yield held
+    finally:
+        os.close(fd)
+
+
+def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return shape, dtype
+
+
+def _repair_hint(entry: Path) -> str:
+    return f"run FeatureStore({str(entry.parents[1])!r}).repair(spec) and rerun get_or_compute"
+
+
+def _manifest_digest(manifest: dict) -> str:
+    """sha256 of the manifest's content without its own checksum field (canonical JSON)."""
+    return _sha(_canonical({k: v for k, v in manifest.items() if k != "manifest_sha256"}))
+
+
+def _check_sidecar(sc, s: int) -> None:
+    """Raise ValueError unless ``sc`` is a well-formed sidecar of shard ``s``."""
+    ok = (isinstance(sc, dict) and sc.get("index") == s and isinstance(sc.get("rows"), list)
+          and len(sc["rows"]) == 2 and all(isinstance(r, int) for r in sc["rows"])
+          and isinstance(sc.get("shape"), list) and len(sc["shape"]) == 2
+          and all(isinstance(d, int) and d >= 0 for d in sc["shape"])
+          and sc["shape"][0] == sc["rows"][1] - sc["rows"][0] and sc.get("dtype") in _DTYPES
+          and isinstance(sc.get("sha256"), str) and isinstance(sc.get("nbytes"), int))
+    if not ok:
+        raise ValueError(f"not a sidecar of shard {s}")
+
+
+def _read_manifest(entry: Path) -> dict:
+    """The entry's manifest, checked (JSON, own checksum, structure); one StoreError naming it otherwise."""
+    path, key = entry / "manifest.json", entry.name
+
+    def fail(problem: str):
+        return StoreError(f"manifest of entry {key} ({path}) {problem}: {_repair_hint(entry)} (intact shards are "
+                          f"reused, not recomputed; deleting {path} does the same)")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise StoreError(f"no complete entry for this spec (key {key}, {entry}): run get_or_compute") from None
+    except (OSError, ValueError) as e:
+        raise fail(f"cannot be read as JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise fail("is not a JSON object")
+    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != _manifest_digest(manifest):
+        raise fail("fails its own sha256 check (edited or damaged)")
+    try:  # manifests written before the checksum existed are checked for structure only
+        if manifest["key"] != key:
+            raise ValueError(f"it names entry {manifest['key']!r}")
+        shards, n, dim = manifest["shards"], manifest["n_rows"], manifest["dim"]
+        if manifest["dtype"] not in _DTYPES or not isinstance(manifest["ids_sha256"], str):
+            raise ValueError("bad dtype or ids_sha256")
+        if not isinstance(manifest["spec"], dict) or not isinstance(shards, list) or not shards:
+            raise ValueError("bad spec or shard list")
+        for s, sc in enumerate(shards):
+            _check_sidecar(sc, s)
+            if sc["shape"][1] != dim or sc["dtype"] != manifest["dtype"]:
+                raise ValueError(f"shard {s} disagrees with the entry's dim or dtype")
+        if shards[0]["rows"][0] != 0 or shards[-1]["rows"][1] != n or any(
+                a["rows"][1] != b["rows"][0] for a, b in zip(shards, shards[1:])):
+            raise ValueError("the shards do not tile the rows")
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise fail(f"is malformed ({type(e).__name__}: {e})") from None
+    return manifest
+
+
+class CachedFeatures:
+    """A complete store entry: rows in ``ids`` order, read lazily from memory-mapped shards."""
+
+    def __init__(self, path: Path, manifest: dict, ids: list[str], verify: str,
+                 shards_computed: int = 0, shards_reused: int = 0):
+        self.path, self.verify = Path(path), verify
+        self.key: str = manifest["key"]
+        self.spec: dict = manifest["spec"]
+        self.ids: list[str] = ids
+        self.dtype: str = manifest["dtype"]
+        self.shards: list[dict] = manifest["shards"]
+        self._dim: int = manifest["dim"]
+        self.shards_computed = shards_computed  # by the get_or_compute call that returned this
+        self.shards_reused = shards_reused
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def __repr__(self) -> str:
+        return f"CachedFeatures(key={self.key[:12]}..., rows={len(self)}, dim={self.dim}, dtype={self.dtype})"
+
+    def shard_arrays(self) -> list[np.ndarray]:
+        """The shards as read-only ``np.memmap`` s, each checked against its sidecar first."""
+        return [_open_shard(self.path, self.key, sc, self.verify) for sc in self.shards]
+
+    def numpy(self, dtype=np.float32) -> np.ndarray:
+        """All rows, in ``ids`` order, as one in-memory array."""
+        out = np.empty((len(self), self.dim), dtype=dtype)
+        for sc, arr in zip(self.shards, self.shard_arrays()):
+            out[sc["rows"][0]:sc["rows"][1]] = arr
+        return out
+
+    def tensor(self, dtype=torch.float32, device="cpu") -> torch.Tensor:
+        np_dtype = {torch.float16: np.float16, torch.float64: np.float64}.get(dtype, np.float32)
+        return torch.from_numpy(self.numpy(np_dtype)).to(device=device, dtype=dtype)
+
+
+def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
+    """Check one shard (size always; sha256 per the verify policy; header shape) and memory-map it."""
+    i = sc["index"]
+    path = entry / f"shard-{i:05d}.npy"
+
+    def fail(problem: str):
+        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)} to recompute it "
+                          f"(or delete {path} and {path.with_suffix('.json')} and rerun get_or_compute)")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise fail("is missing") from None
+    if st.st_size != sc["nbytes"]:
+        raise fail(f"has {st.st_size} bytes, its sidecar says {sc['nbytes']} (truncated or overwritten)")
+    stamp = (str(path), sc["sha256"], st.st_ino, st.st_size, st.st_mtime_ns)
+    if verify == "always" or (verify == "once" and stamp not in _verified):
+        if file_sha256(path) != sc["sha256"]:
+            raise fail("fails its sha256 check")
+        with _verified_lock:
+            _verified.add(stamp)
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise fail(f"is not a readable .npy file ({e})") from None
+    if list(arr.shape) != sc["shape"] or arr.dtype != np.dtype(sc["dtype"]):
+        raise fail(f"holds {arr.dtype}{list(arr.shape)}, its sidecar says {sc['dtype']}{sc['shape']}")
+    return arr

@@ -1,0 +1,218 @@
+"""What a chapter trains and tests on, in one shape for the small and the full config.
+
+Why one shape: the small config (emoji drawings + Fashion-MNIST photos) and the full config
+(CC3M-LLaVA / COCO caption pairs + ImageNet) must run through the *same* notebook code, so both are
+turned into the same three things: image-caption ``Pairs`` for training, validation and retrieval,
+and ``Labelled`` image sets for zero-shot classification. The full config reads its datasets from
+the folders its manifests name (``pairs.jsonl`` + images; one folder per class); tests exercise
+that path on small local folders. See ``notebooks/sharelock.py``, section "The data".
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from PIL import Image
+
+from lib.data import emoji, fashion_mnist, manifests
+from lib.data.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
+
+SEEN_CLASSES = 381  # seen-concept ceiling: as many classes as the unseen test, drawn from training
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+
+
+class BadImageError(ValueError):
+    """A file among the images that is not a readable image."""
+
+
+def open_image(path: Path) -> Image.Image:
+    try:
+        with Image.open(path) as handle:
+            handle.load()
+            return handle.copy()
+    except (OSError, SyntaxError, ValueError) as error:
+        raise BadImageError(f"{path} is not a readable image ({error}): remove it or replace it") from None
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Images with their captions; ``concepts`` names the concept of each row (for leak checks)."""
+
+    name: str
+    ids: tuple[str, ...]
+    captions: tuple[str, ...]
+    concepts: tuple[str, ...]
+    load_image: Callable[[int], Image.Image]
+    source: dict  # dataset identity for store keys (manifest hash, style, split)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """Images with class labels, for zero-shot classification."""
+
+    name: str
+    ids: tuple[str, ...]
+    labels: tuple[int, ...]
+    classnames: tuple[str, ...]
+    templates: tuple[str, ...]
+    load_image: Callable[[int], Image.Image]
+    source: dict
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def emoji_pairs(split: str, style: str, captions: str, limit: int | None = None) -> Pairs:
+    concepts = emoji.split_concepts(split)[:limit]
+    return Pairs(
+        name=f"emoji-{split}-{style}",
+        ids=tuple(f"{c.key}/{style}" for c in concepts),
+        captions=tuple(emoji.caption(c, captions) for c in concepts),
+        concepts=tuple(c.key for c in concepts),
+        load_image=lambda i, cs=concepts: cs[i].image(style),
+        source={"dataset": "emoji", "manifest": manifests.manifest_hash("emoji"), "split": split, "style": style},
+    )
+
+
+def emoji_labelled(split: str, style: str, limit: int | None = None, prompts: str = "sentences") -> Labelled:
+    """Zero-shot classification among the concepts of one split: the class name is the CLDR label.
+
+    ``limit`` keeps the first N concepts (the seen-concept ceiling needs no 1,300-way test).
+    """
+    concepts = emoji.split_concepts(split)[:limit]
+    return Labelled(
+        name=f"emoji-{'seen' if split == 'train' else split}-{style}",
+        ids=tuple(f"{c.key}/{style}" for c in concepts),
+        labels=tuple(range(len(concepts))),
+        classnames=tuple(c.label for c in concepts),
+        templates=tuple(NAME_ONLY if prompts == "name" else EMOJI_TEMPLATES),
+        load_image=lambda i, cs=concepts: cs[i].image(style),
+        source={"dataset": "emoji", "manifest": manifests.manifest_hash("emoji"), "split": split, "style": style},
+    )
+
+
+def fashion_mnist_labelled(per_class: int | None, prompts: str = "sentences") -> Labelled:
+    photos = fashion_mnist.load_test(per_class)
+    return Labelled(
+        name="fashion-mnist",
+        ids=photos.ids,
+        labels=tuple(int(x) for x in photos.labels),
+        classnames=photos.classnames,
+        templates=tuple(NAME_ONLY if prompts == "name" else PHOTO_TEMPLATES),
+        load_image=photos.image,
+        source={"dataset": "fashion-mnist", "manifest": manifests.manifest_hash("fashion-mnist"), "split": "t10k"},
+    )
+
+
+def _manifest_folder(name: str, marker: str) -> Path:
+    folder = manifests.location(name)
+    if not (folder / marker).exists():
+        how = " ".join(str(manifests.load(name).get("obtain", "")).split())
+        raise manifests.DatasetMissingError(
+            f"dataset {name!r}: {folder / marker} is missing. Get it: {how} Put it in {folder} "
+            f"(or set {name.upper().replace('-', '_')}_DIR)."
+        )
+    return folder
+
+
+def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
+    """Full config: ``<location>/<split>.jsonl`` with one ``{"image": path, "caption": text}`` per line."""
+    folder = _manifest_folder(name, f"{split}.jsonl")
+    rows = []
+    with open(folder / f"{split}.jsonl", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                    rows.append((str(row["image"]), str(row["caption"])))
+                except (json.JSONDecodeError, KeyError, TypeError) as error:
+                    raise manifests.DatasetMissingError(
+                        f"{folder / f'{split}.jsonl'} line {number} is not {{\"image\": ..., \"caption\": ...}} ({error})"
+                    ) from None
+            if limit and len(rows) >= limit:
+                break
+    paths = [folder / image for image, _ in rows]
+    return Pairs(
+        name=f"{name}-{split}",
+        ids=tuple(image for image, _ in rows),
+        captions=tuple(caption for _, caption in rows),
+        concepts=tuple(image for image, _ in rows),
+        load_image=lambda i: open_image(paths[i]),
+        source={"dataset": name, "manifest": manifests.manifest_hash(name), "split": split},
+    )
+
+
+def folder_labelled(name: str, per_class: int | None = None) -> Labelled:
+    """Full config zero-shot set: ``<location>/<class folder>/<images>``; class names from the manifest."""
+    manifest = manifests.load(name)
+    folder = _manifest_folder(name, "")
+    class_dirs: Sequence[str] = manifest["class_dirs"]
+    classnames = manifest["classes"]
+    missing = [d for d in class_dirs if not (folder / d).is_dir()]
+    if missing:
+        raise manifests.DatasetMissingError(
+            f"dataset {name!r}: {len(missing)} of {len(class_dirs)} class folders are missing under {folder} "
+            f"(e.g. {missing[0]}): a partial copy would be scored as complete; finish the download"
+        )
+    ids, labels, paths = [], [], []
+    for label, class_dir in enumerate(class_dirs):
+        files = sorted(p for p in (folder / class_dir).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        for path in files[:per_class]:
+            ids.append(str(path.relative_to(folder)))
+            labels.append(label)
+            paths.append(path)
+    if not ids:
+        raise manifests.DatasetMissingError(f"dataset {name!r}: no images under {folder}/<class folder>/")
+    return Labelled(
+        name=name,
+        ids=tuple(ids),
+        labels=tuple(labels),
+        classnames=tuple(classnames),
+        templates=tuple(IMAGENET_TEMPLATES),
+        load_image=lambda i: open_image(paths[i]),
+        source={"dataset": name, "manifest": manifests.manifest_hash(name)},
+    )
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """Everything a frozen-feature chapter trains and tests on (same shape in small and full configs)."""
+
+    train: Pairs
+    val: Pairs
+    retrieval: Pairs  # held-out (unseen) concepts: image <-> caption retrieval
+    zero_shot: tuple[Labelled, ...]  # the first is the headline set (unseen concepts / ImageNet)
+
+
+def build_benchmark(data) -> Benchmark:
+    """Assemble the benchmark that a ``lib.core.config.DataConfig`` describes."""
+    extra = []
+    for name in data.zero_shot:
+        if name == "fashion-mnist":
+            extra.append(fashion_mnist_labelled(data.zero_shot_per_class, data.prompts))
+        else:
+            extra.append(folder_labelled(name, data.zero_shot_per_class))
+    if data.corpus == "emoji":
+        style, other = data.train_style, data.other_style
+        return Benchmark(
+            train=emoji_pairs("train", style, data.captions, data.limit),
+            val=emoji_pairs("val", style, data.captions),
+            retrieval=emoji_pairs("unseen", style, data.captions),
+            zero_shot=(emoji_labelled("unseen", style, prompts=data.prompts),
+                       emoji_labelled("unseen", other, prompts=data.prompts),
+                       emoji_labelled("train", style, limit=SEEN_CLASSES, prompts=data.prompts), *extra),
+        )
+    if not data.pairs_dataset:
+        raise manifests.DatasetMissingError("data.pairs_dataset: a `pairs` corpus needs a manifest name")
+    val = jsonl_pairs(data.pairs_dataset, "val")
+    return Benchmark(
+        train=jsonl_pairs(data.pairs_dataset, "train", data.limit),
+        val=val,
+        retrieval=val,
+        zero_shot=tuple(extra),
+    )

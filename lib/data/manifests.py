@@ -1,0 +1,88 @@
+"""Dataset manifests: where each dataset comes from, its licence, its files and their checksums.
+
+Why: a number is only reproducible if the bytes behind it are. Every dataset the book reads has a
+YAML file in ``data_manifests/``; its hash enters every feature-store key built from the dataset,
+and a missing or altered file stops the run with a message that says where to get it and where
+to put it (DESIGN.md §4).
+
+See notebooks/viterb.py, section "Seen and unseen classes, as data".
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from lib.core.checksums import file_sha256
+from lib.core.paths import REPO_ROOT, cache_root
+
+MANIFEST_DIR = REPO_ROOT / "data_manifests"
+
+
+class DatasetMissingError(FileNotFoundError):
+    """A dataset file is absent or does not match its manifest."""
+
+
+def manifest_path(name: str) -> Path:
+    return MANIFEST_DIR / f"{name}.yaml"
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    path = manifest_path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in MANIFEST_DIR.glob("*.yaml")))
+        raise DatasetMissingError(f"no manifest {path}: known datasets are {known}")
+    return yaml.safe_load(path.read_text())
+
+
+def manifest_hash(name: str) -> str:
+    """sha256 of the manifest file: part of every store key built from this dataset."""
+    return hashlib.sha256(manifest_path(name).read_bytes()).hexdigest()
+
+
+def location(name: str) -> Path:
+    """The folder holding the dataset's files (``location`` in the manifest, overridable by env)."""
+    manifest = load(name)
+    env = f"{name.upper().replace('-', '_')}_DIR"
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
+    folder = Path(manifest["location"]).expanduser()
+    if folder.is_absolute():
+        return folder
+    if folder.parts[:2] == (".cache", "assets"):
+        return cache_root().joinpath("assets", *folder.parts[2:])
+    return REPO_ROOT / folder
+
+
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def dataset_file(name: str, file: str) -> Path:
+    """Path of one file of a dataset, checked against the manifest's sha256 (once per process)."""
+    manifest = load(name)
+    entries = {entry["file"]: entry for entry in manifest.get("files", [])}
+    if file not in entries:
+        raise DatasetMissingError(f"{file!r} is not a file of dataset {name!r} ({manifest_path(name)})")
+    folder = location(name)
+    path = folder / file
+    how = " ".join(str(manifest.get("obtain", "")).split())
+    if not path.is_file():
+        raise DatasetMissingError(
+            f"dataset {name!r}: {path} is missing. Get it: {how} Put it in {folder}."
+        )
+    stat = path.stat()
+    stamp = (str(path), stat.st_size, stat.st_mtime_ns)
+    expected = entries[file].get("sha256")
+    if expected and stamp not in _VERIFIED:
+        actual = file_sha256(path)
+        if actual != expected:
+            raise DatasetMissingError(
+                f"dataset {name!r}: {path} has sha256 {actual[:12]}…, the manifest expects {expected[:12]}…: "
+                f"the file is corrupt or another version. Delete it and get it again: {how}"
+            )
+        _VERIFIED.add(stamp)
+    return path
