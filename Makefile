@@ -14,7 +14,7 @@ SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
 
-# The small config never touches the Hugging Face hub (DESIGN.md §5); override with
+# The small config never touches the Hugging Face hub; override with
 # `make book HF_HUB_OFFLINE=0` if a config of yours needs the hub.
 HF_HUB_OFFLINE ?= 1
 export HF_HUB_OFFLINE

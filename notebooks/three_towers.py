@@ -30,28 +30,44 @@
 # ```
 # <!-- /launch -->
 #
-# > "We introduce a third tower that contains the frozen pretrained embeddings, and we encourage
-# > alignment between this third tower and the main image-text towers. Empirically, 3T consistently
-# > improves over LiT and the CLIP-style from-scratch baseline for retrieval tasks."
+# > To achieve this, we introduce a third tower that contains the frozen pretrained embeddings, and we
+# > encourage alignment between this third tower and the main image-text towers. Empirically, 3T
+# > consistently improves over LiT and the CLIP-style from-scratch baseline for retrieval tasks. For
+# > classification, 3T reliably improves over the from-scratch baseline, and while it underperforms
+# > relative to LiT for JFT-pretrained models, it outperforms LiT for ImageNet-21k and Places365 pretraining.
+# >
 # > — Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models*
-# > (NeurIPS 2023) {cite}`kossen2023threetowers`
+# > (NeurIPS 2023), abstract {cite}`kossen2023threetowers`
 #
-# ShareLock and LiT **lock** the image side to a pretrained model: the image tower *is* the frozen
-# features. That is cheap and strong where the pretrained model's labels cover the task, and it
-# forbids the image side from learning anything the pretraining did not teach. CLIP trains both
-# towers **from scratch**: flexible, and blind to everything a pretrained model already knows.
-# Three Towers (3T) sits between them:
+# LiT **locks** the image side to a pretrained model: the image tower *is* the frozen embedding. That is
+# cheap and strong where the pretrained model's labels cover the task, and it forbids the image side
+# from learning anything the pretraining did not teach. CLIP trains both towers **from scratch**:
+# flexible, and blind to everything a pretrained model already knows. Three Towers (3T) sits between:
 #
 # * the image tower $f$ and the text tower $g$ are trained from scratch, as in CLIP;
-# * a **third tower** $h$ holds the frozen pretrained model $p$ (only a linear map on top trains);
-# * besides the usual $f \leftrightarrow g$ contrastive term, two more terms pull $f$ and $g$
-#   towards $h$ through small heads; at test time the heads and $h$ are thrown away.
+# * a **third tower** $h = \text{linear}(p(I))$ holds the frozen pretrained model $p$ (only the linear
+#   map trains);
+# * besides the usual $f \leftrightarrow g$ contrastive term, two more terms pull $f$ and $g$ towards
+#   $h$ through four small heads; after training the heads and $h$ are thrown away.
 #
 # The paper has **no official code**: this chapter and `lib/methods/three_towers.py` are a reference
-# implementation in which every equation is quoted beside the line that implements it. The paper
-# trains on JFT-3B / WebLI (billions of private images); the **small config** (default) trains on
-# 2,670 emoji drawings on 2 CPU cores, which changes what can be expected (see "What the
-# comparisons say").
+# implementation with every equation beside the line that implements it.
+#
+# **What you will learn:** how the three towers, four heads and three loss terms fit together (drawn
+# from the model the chapter trains); how 3T compares with training from scratch and with LiT on the
+# same data, budget and seeds; what the paper's ablations (loss weight, leave-one-out, no heads and
+# mixing the towers at test time) look like at small scale; and why this chapter keeps the final
+# weights of a fixed budget instead of early-stopping on a validation loss.
+#
+# The **small config** (the default; this run took {glue:md}`runtime`) trains on 2,670 emoji drawings
+# on 2 CPU cores; the paper trains on billions of JFT/WebLI pairs, which changes what can be expected
+# (see "What the comparisons say"). The **full config** is paper-like, not the paper's: JFT-3B, WebLI
+# and the paper's IN-21k/JFT-pretrained ViTs are not public, so it trains the towers on the public
+# CC3M-LLaVA pairs with a frozen DINOv2-L as the third tower and tests on ImageNet-1k.
+#
+# ```{glue:md} key_findings
+# :format: myst
+# ```
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -72,80 +88,75 @@ except ModuleNotFoundError:
     sys.path.insert(0, home)
 
 # %% tags=["parameters"]
-config = "small"  # "small" (offline, CPU, minutes) or "full" (paper-like: GPU, CC3M, ImageNet)
-seeds = None  # override the config's seeds, e.g. [0]
-quick = False  # True: one seed, no ablations (a first look; the tests' run)
+config = "small"  # "small" (offline, CPU, minutes) or "full" (paper-like: GPU, CC3M-LLaVA, ImageNet)
+seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
+quick = False  # True: one seed, no ablations, no diagnosis (a first look; the tests' run)
 output_dir = "runs/three_towers"  # where metrics.json is written
 
 # %%
 import inspect
-import os
-import time
-from pathlib import Path
+
+from IPython.display import display
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
 
-from lib.core import paths, train
-from lib.data import datasets
+from lib.chapters import three_towers
 from lib.core import config as configs
-from lib.methods import three_towers as tt
-from lib.core import notebook
+from lib.core import features, notebook, paths
+from lib.core.results import RULE, Runs, write_metrics
 from lib.core.store import FeatureStore
+from lib.methods import three_towers as tt
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
 #
-# Everything the chapter trains is named in `notebooks/configs/three_towers.yaml` and validated
-# before any work starts (`lib.methods.three_towers.ThreeTowersConfig`): a wrong field stops the run with
-# one line naming it.
+# Everything the chapter trains is named in `notebooks/configs/three_towers.yaml` and validated before
+# any work starts (`lib.chapters.three_towers.Config`): a wrong field stops the run with one line naming it.
 
 # %%
-overrides = {"seeds": list(seeds)} if seeds is not None else ({"seeds": [0]} if quick else {})
-cfg = tt.load_config(config, overrides)
-print(f"config {config!r}: image tower {cfg.image_tower.kind} {list(cfg.image_tower.widths)} at "
-      f"{cfg.image_tower.image_size} px; text tower {cfg.text_tower.kind} (width {cfg.text_tower.width}); "
-      f"third tower p = {cfg.third.name} (frozen); embedding {cfg.embed_dim}; {cfg.train.steps} steps x "
-      f"batch {cfg.train.batch_size}; seeds {list(cfg.seeds)}")
+cfg = three_towers.load_config(config, configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds))
+print(f"config {config!r}: image tower {cfg.image_tower.kind} at {cfg.image_tower.image_size} px, text tower "
+      f"{cfg.text_tower.kind}, third tower p = {cfg.third.name} (frozen); {cfg.train.steps} steps x batch "
+      f"{cfg.train.batch_size}; seeds {list(cfg.seeds)}")
 
 # %% [markdown]
 # ## The data
 #
-# The towers $f$ and $g$ learn from **pixels and tokens**, not from cached features: $f$ reads the
-# emoji drawings at 32 px, $g$ the captions (CLDR name and keywords) cut into word pieces by
-# MiniLM's tokenizer (only its vocabulary is used; its weights are not). The third tower reads the
-# frozen EfficientNet-Lite0 features of the same drawings from the store, the very features the
-# ShareLock chapter computed. Training uses the 1,335 training concepts in both drawing styles;
-# zero-shot classification and retrieval use the 381 **unseen** concepts (whole families held out),
-# the seen concepts as a ceiling, and 1,000 Fashion-MNIST photos (a domain none of the towers saw).
+# The towers $f$ and $g$ learn from **pixels and tokens**, not from cached features: $f$ reads the emoji
+# drawings at 32 px, $g$ the captions (CLDR name and keywords) cut into word pieces by MiniLM's tokenizer
+# (only its vocabulary is used, never its weights). The third tower reads the frozen EfficientNet-Lite0
+# features $p(I)$ of the same drawings from the feature store. Training uses the training concepts in
+# both drawing styles; zero-shot classification and retrieval use the **unseen** concepts (whole families
+# held out), in both styles, the seen concepts as a ceiling, and 1,000 Fashion-MNIST photos (a domain
+# none of the towers saw). `lib.chapters.three_towers.feature_plan` lists every feature the chapter reads
+# (the third tower's features of every image set), the same plan that
+# `python -m lib.precompute --chapter three_towers` computes.
 
 # %%
-store = FeatureStore(paths.store_dir(), dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows,
-                     verify=cfg.store.verify)
-bench = datasets.build_benchmark(cfg.data)
-tokenizer = tt.load_tokenizer(cfg.text_tower.tokenizer)
-train_sets = tt.training_pairs(cfg, bench)
-TRAIN = tt.concat([tt.tensors(p, cfg, store, tokenizer) for p in train_sets])
-VAL = tt.tensors(bench.val, cfg, store, tokenizer)
-RETRIEVAL = tt.tensors(bench.retrieval, cfg, store, tokenizer)
-TEST = {s.name: tt.tensors(s, cfg, store, tokenizer, with_captions=False) for s in bench.zero_shot}
-third_dim, vocab = TRAIN["third"].shape[1], tokenizer.vocab_size
-truncated = int((TRAIN["attention_mask"].sum(1) == cfg.text_tower.context).sum())
-print(f"training pairs: {len(TRAIN['pixels'])} ({', '.join(p.name for p in train_sets)}); validation "
-      f"{len(VAL['pixels'])}; retrieval {len(RETRIEVAL['pixels'])}; third-tower features {third_dim}-d; "
-      f"vocabulary {vocab}; captions at the {cfg.text_tower.context}-token context: {truncated}")
+bench = three_towers.benchmark(cfg)
+store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
+found = features.materialise(store, three_towers.feature_plan(cfg, bench), device=cfg.device)
+data = three_towers.inputs(cfg, bench, found)
+features.release_encoders()
+print(found.summary())
+pd.DataFrame([{"set": p.name, "role": "training pairs", "rows": len(p)} for p in three_towers.training_pairs(cfg, bench)]
+             + [{"set": bench.val.name, "role": "validation pairs", "rows": len(bench.val)},
+                {"set": bench.retrieval.name, "role": "retrieval (unseen)", "rows": len(bench.retrieval)}]
+             + [{"set": s.name, "role": f"zero-shot, {len(s.classnames)} classes", "rows": len(s)}
+                for s in bench.zero_shot]).set_index("set")
 
 # %%
 fig, axes = plt.subplots(2, 6, figsize=(11, 4.2))
-for axis, i in zip(axes.flat, np.linspace(0, len(TRAIN["pixels"]) - 1, 12).astype(int)):
-    axis.imshow(TRAIN["pixels"][i].permute(1, 2, 0).numpy())
-    words = tokenizer.decode(TRAIN["input_ids"][i][TRAIN["attention_mask"][i].bool()], skip_special_tokens=True)
-    axis.set_title(words[:22] + ("…" if len(words) > 22 else ""), fontsize=7)
+for axis, i in zip(axes.flat, torch.linspace(0, len(data.train["pixels"]) - 1, 12).long().tolist()):
+    axis.imshow(data.train["pixels"][i].permute(1, 2, 0).numpy())
+    words = data.tokenizer.decode(data.train["input_ids"][i][data.train["attention_mask"][i].bool()],
+                                  skip_special_tokens=True)
+    axis.set_title(words[:22] + ("…" if len(words) > 22 else ""), fontsize=9)
     axis.axis("off")
 fig.suptitle("What f and g see: 32 px drawings (both styles) and their captions")
 plt.tight_layout()
@@ -153,170 +164,186 @@ plt.tight_layout()
 # %% [markdown]
 # ## The three towers
 #
-# Paper §3: "$f$ and $g$ are the image and text towers, trained from scratch … the third tower
-# $h = \text{linear}(p(I))$ with $p$ frozen". Here $f$ is a four-stage ConvNet (`lib.methods.three_towers.ConvTower`;
-# the full config swaps in a timm ViT-B/16 built with `pretrained=False`), $g$ a bag of word-piece
-# embeddings with an MLP (`BagTower`; a pre-norm transformer, `TextTower`, is the other option and
-# the full config's choice), and $h$ one linear map on the cached $p(I)$.
+# Paper §3: the third tower is $h(I) = \text{linear}(p(I))$, a frozen pretrained model $p$ followed by a
+# linear map from its width to the embedding width. Here $f$ is a four-stage ConvNet (`lib.nn.towers.ConvTower`;
+# the full config uses a timm ViT-B/16 built with `pretrained=False`), $g$ a bag of word-piece embeddings
+# with an MLP (`BagTower`; a pre-norm transformer, `TextTower`, is the full config's choice), and $h$ one
+# linear map on the cached $p(I)$. The diagram is drawn from the model this chapter trains
+# (`lib.chapters.three_towers.diagram`): every box, parameter count and loss term is read from a built
+# `ThreeTowers`.
 
 # %%
-def build(variant, **options):
-    return tt.build_method(cfg, variant, third_dim=third_dim, vocab_size=vocab, **options)
-
-
-sizes = {name: sum(p.numel() for p in getattr(build("3t"), name).parameters())
-         for name in ("f", "g", "h", "f_h", "g_h", "h_f", "h_g")}
-pd.Series(sizes, name="trainable parameters").to_frame().T
+example = three_towers.build(cfg, data, "3t")
+three_towers.diagram(example, cfg.third.name)
+plt.tight_layout()
 
 # %% [markdown]
 # ## The loss, equation by equation
 #
-# Paper §3: with heads $f_h, g_h, h_f, h_g$, each "$\text{normalize}(\text{linear}(x))$",
+# Paper §2 on the two main towers: "We further assume that f and g produce embeddings that are normalized
+# with respect to their L2 norm, $\|f(I)\|_2 = \|g(T)\|_2 = 1$ for any $I \in \mathcal{I}$ and
+# $T \in \mathcal{T}$." Each contrastive term is CLIP's symmetric InfoNCE,
+# $\mathcal{L}_{f \leftrightarrow g} = \frac{1}{2}(\mathcal{L}_{f \rightarrow g} + \mathcal{L}_{g \rightarrow f})$
+# with $\mathcal{L}_{f \rightarrow g} = -\frac{1}{N} \sum_{i=1}^N \log \frac{\exp(f(I_i)^\top g(T_i) / \tau)}{\sum_{j=1}^N \exp(f(I_i)^\top g(T_j) / \tau)}$.
 #
-# $$\mathcal{L} = \tfrac{1}{3}\left(\mathcal{L}_{f\leftrightarrow g} + \mathcal{L}_{f_h\leftrightarrow h_f}
-# + \mathcal{L}_{g_h\leftrightarrow h_g}\right),$$
+# Paper §3 on the heads: "First, we define $\text{NL}(\cdot) = \text{norm}(\text{linear}(\cdot))$, where
+# $\text{norm}(x) = x/\|x\|_2$ normalizes with respect to L2 norm and, overloading notation,
+# $\text{linear} : \mathbb{R}^D \rightarrow \mathbb{R}^D$ now preserves dimensionality. We adapt the main
+# image and text towers as $f_h(I) = \text{NL}(f(I))$ and $g_h(T) = \text{NL}(g(T))$." So the heads $f_h$
+# and $g_h$ act on the **normalised** $f(I)$ and $g(T)$ (`ThreeTowers.tower_f` and `tower_g` normalise;
+# the heads come after), while $h(I)$ is normalised only by its heads $h_f$ and $h_g$. The loss (Eq. 4),
+# with one learned temperature shared by all terms:
 #
-# each term a symmetric InfoNCE (CLIP's loss) sharing **one** learned temperature (init 0.07).
-# The code below is the library's, unedited: the `if` branches are the variants of the paper's
-# ablations (headless, leave-one-out), and `loss` adds the weight $w$ on the third-tower terms.
+# $$\mathcal{L}_{3T} = \tfrac{1}{3}\left(\mathcal{L}_{f\leftrightarrow g} + \mathcal{L}_{f_h\leftrightarrow h_f}
+# + \mathcal{L}_{g_h\leftrightarrow h_g}\right).$$
+#
+# The code below is the library's, unedited: the `if` branches are the variants of the paper's ablations
+# (headless, leave-one-out), and `loss` adds the weight $w$ on the third-tower terms and divides by the
+# number of terms kept (the leave-one-out ablation of App. A.11 replaces the loss by half the sum of the
+# two remaining terms, e.g. $\frac{1}{2} \cdot (\mathcal{L}_{f_h \leftrightarrow h_f} + \mathcal{L}_{g_h \leftrightarrow h_g})$).
 
 # %%
 print(inspect.getsource(tt.ThreeTowers.term_losses))
 print(inspect.getsource(tt.ThreeTowers.loss))
 
 # %% [markdown]
-# The baselines are the same class: **scratch** keeps only $\mathcal{L}_{f\leftrightarrow g}$
-# (CLIP); **LiT** drops $f$ and trains $g$ against the locked $h$ (the pretrained features plus one
-# linear map: LiT proper locks the pretrained model's own output, which here has another width).
-# All three train on the same data, with the same steps, batch, optimiser and seeds.
+# The baselines are the same class: **scratch** keeps only $\mathcal{L}_{f\leftrightarrow g}$ (CLIP);
+# **LiT** drops $f$ and trains $g$ against the locked $h$ (the pretrained features and one linear map; LiT
+# proper locks the pretrained model's own output, whose width differs here). All three train on the same
+# data, with the same steps, batch, optimiser and seeds.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(15, 3.4))
+for axis, variant in zip(axes, ("scratch", "lit")):
+    three_towers.diagram(three_towers.build(cfg, data, variant), cfg.third.name, ax=axis)
+plt.tight_layout()
 
 # %% [markdown]
 # ## Training
 #
-# One loop for every chapter (`lib.core.train.fit`). Pixels stay resident as uint8 and are augmented on
-# the fly (random scale, shift and flip: `lib.methods.three_towers.augment`); validation on the 190
-# held-out validation concepts picks the best step.
+# One loop for every chapter (`lib.core.train.fit`): AdamW, cosine schedule with warm-up, gradient
+# clipping. Pixels stay resident as uint8 and are augmented on the fly (random scale, shift and flip:
+# `lib.methods.three_towers.augment`). Every run trains the same **fixed budget** and keeps its final
+# weights, as the paper does (it trains for a fixed number of examples seen); the validation loss on the
+# held-out validation concepts is measured once, at the end. The next section shows why this chapter
+# does not early-stop on that loss.
 
 # %%
-def evaluate(method):
-    row = {}
-    for labelled in bench.zero_shot:
-        found = tt.zero_shot(method, TEST[labelled.name], labelled, tokenizer, cfg.text_tower.context)
-        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
-    found = tt.retrieval(method, RETRIEVAL, RETRIEVAL)
-    row.update({f"retrieval/{k}": v for k, v in found.items()})
-    return row
-
-
-def run(variant, seed, label=None, **options):
-    train.seed_everything(seed)
-    method = build(variant, **options)
-    settings = train.TrainConfig(**{**configs.as_dict(cfg.train), "seed": seed, "device": cfg.device})
-    result = train.fit(method, TRAIN, VAL, settings, progress=False)
-    row = {"method": label or variant, "seed": seed, "best_step": result.best_step,
-           "temperature": round(1 / float(method.criterion.scale.detach()), 4), "train_s": round(result.seconds, 1)}
-    row.update(evaluate(method))
-    return row, result, method
-
-
-runs, curves, models = [], {}, {}
+runs = Runs()
+histories, trained = {}, {}
 for seed in cfg.seeds:
-    for variant in ("scratch", "lit", "3t"):
-        row, result, method = run(variant, seed)
-        runs.append(row)
+    for variant in tt.VARIANTS:
+        row, result, method = three_towers.train_and_evaluate(cfg, bench, data, variant, seed)
+        runs.add(row)
         if seed == cfg.seeds[0]:
-            curves[variant], models[variant] = result.history_frame(), method
-results = pd.DataFrame(runs)
-print(f"{len(runs)} runs, {results.train_s.sum():.0f} s of training")
-
-# %%
-fig, axis = plt.subplots(figsize=(7, 3.5))
-for variant, curve in curves.items():
-    val = curve.dropna(subset=["val_loss"])
-    axis.plot(val.step, val.val_loss, marker="o", label=variant)
-axis.set(xlabel="optimiser step", ylabel="validation loss (its own objective)",
-         title=f"Validation loss, seed {cfg.seeds[0]} (3T: mean of its three terms)")
+            histories[variant], trained[variant] = result.history_frame(), method
+fig, axis = plt.subplots(figsize=(7, 3.4))
+for variant, history in histories.items():
+    axis.plot(history.step, history.train_loss, label=variant)
+axis.set(xlabel="optimiser step", ylabel="training loss (its own objective)",
+         title=f"Training loss, seed {cfg.seeds[0]} (3T: mean of its three terms)")
 axis.legend()
 plt.tight_layout()
 
 # %% [markdown]
-# The curves are each method's own objective, so their heights are not comparable across methods;
-# what matters is where each bottoms out (the weights kept) and the evaluation below.
+# ### Why a fixed budget, not early stopping
+#
+# An earlier version of this chapter validated every 25 steps and kept the weights of the lowest validation
+# loss. For the from-scratch model that loss rose from its first evaluation on, so the model it kept had
+# trained for 25 steps, and the comparison was between barely trained towers. The cell below repeats that
+# protocol on the first seed and sets the kept model beside the fixed-budget one: {glue:md}`diagnosis`.
+# The validation loss is a poor guide here: 2,670 drawings are memorised within a few epochs, which makes
+# the towers over-confident on unseen captions (the loss rises) while their ranking of unseen concepts,
+# which is what zero-shot accuracy and retrieval measure, still improves.
+
+# %%
+diagnosis, curves = (pd.DataFrame(), {}) if quick else three_towers.early_stopping_diagnosis(
+    cfg, bench, data, runs, cfg.seeds[0])
+if not quick:
+    fig, axis = plt.subplots(figsize=(7, 3.4))
+    for variant, curve in curves.items():
+        line, = axis.plot(curve.step, curve.val_loss, marker="o", label=variant)
+        kept = curve.loc[curve.val_loss.idxmin()]
+        axis.scatter([kept.step], [kept.val_loss], s=140, facecolors="none", edgecolors=line.get_color())
+    axis.set(xlabel="optimiser step", ylabel="validation loss (its own objective)",
+             title=f"Validation every {cfg.diagnosis_eval_every} steps, seed {cfg.seeds[0]} (circled: the step kept)")
+    axis.legend()
+    plt.tight_layout()
+    display(diagnosis)
 
 # %% [markdown]
 # ## Scratch vs LiT vs 3T
 #
-# Zero-shot top-1 on the unseen concepts (381 classes), on Fashion-MNIST (10 classes) and on the
-# seen concepts (ceiling), and image↔caption retrieval R@1 on the unseen concepts (chance 1/381);
-# mean ± standard deviation over seeds, in percent.
+# Zero-shot top-1 on the unseen concepts (in the training style and in the other artist's style), on
+# Fashion-MNIST and on the seen concepts (the memorisation ceiling), and image↔caption retrieval R@1 on
+# the unseen concepts; mean ± standard deviation over seeds, in percent.
 
 # %%
-unseen, fashion = bench.zero_shot[0].name, "fashion-mnist"
-metric_names = {f"{unseen}/acc1": "unseen emoji top-1", f"{fashion}/acc1": "Fashion-MNIST top-1",
-                f"{bench.zero_shot[2].name}/acc1": "seen emoji top-1",
-                "retrieval/image_retrieval_recall@1": "text→image R@1", "retrieval/text_retrieval_recall@1": "image→text R@1"}
-metric_names = {k: v for k, v in metric_names.items() if k in results}
-table = results.groupby("method", sort=False)[list(metric_names)].agg(["mean", "std"]).rename(columns=metric_names)
-chance = {s.name: 1 / len(s.classnames) for s in bench.zero_shot}
-(table * 100).round(1)
+labels = three_towers.shown_metrics(bench)
+runs.table(list(labels), by=["method"], labels=labels).set_index("method").T
 
 # %%
-long = results.melt(id_vars=["method", "seed"], value_vars=list(metric_names), var_name="metric", value_name="score")
-long["metric"] = long.metric.map(metric_names)
-long["score"] *= 100
-grid = sns.catplot(data=long, x="method", y="score", col="metric", kind="bar", errorbar="sd", sharey=False,
-                   height=3, aspect=0.8, col_wrap=5)
-grid.set_titles("{col_name}")
-grid.set_axis_labels("", "%")
-grid.figure.suptitle("Same data, budget and seeds: from scratch, LiT (locked image side), Three Towers", y=1.04)
-for axis, key in zip(grid.axes.flat, metric_names):
-    dataset = key.split("/")[0]
-    level = 100 / len(bench.retrieval) if dataset == "retrieval" else 100 * chance.get(dataset, 0)
-    axis.axhline(level, color="grey", ls=":", lw=1)
+levels = three_towers.chance(bench)
+plot = runs.frame().melt(id_vars=["method", "seed"], value_vars=list(labels), var_name="metric", value_name="score")
+fig, axes = plt.subplots(1, len(labels), figsize=(2.1 * len(labels), 3.4))
+for axis, (key, label) in zip(axes, labels.items()):
+    sns.barplot(data=plot[plot.metric == key], x="method", y="score", order=list(tt.VARIANTS), errorbar="sd", ax=axis)
+    notebook.chance_line(axis, levels["retrieval" if key.startswith("retrieval/") else key.split("/")[0]])
+    notebook.percent_axis(axis, "y")
+    axis.set(title=label.replace(", other style", ",\nother style").replace(" (ceiling)", "\n(ceiling)"),
+             xlabel="", ylabel="")
+    axis.tick_params(axis="x", labelrotation=45)
+fig.suptitle("Same data, budget and seeds: from scratch, LiT (locked image side), Three Towers (dotted: chance)", y=1.02)
+plt.tight_layout()
 
 # %% [markdown]
-# The dotted line is chance.
+# Each method against chance on each test set, by the book's one rule (below), shows which numbers carry
+# a signal at all. On Fashion-MNIST every method is at chance: {glue:md}`fashion`. The towers trained from
+# scratch have never seen a photograph (only 2,670 coloured drawings on a white page, at 32 px), and LiT's
+# text tower learned the clothing words from drawings too; the Fashion-MNIST column is reported, and it
+# enters the average classification accuracy as the paper's average includes every task, but it cannot
+# order the methods.
+
+# %%
+pd.DataFrame(three_towers.chance_checks(bench, runs)).set_index(["set", "method"])
 
 # %% [markdown]
 # ## Ablations: loss weight, leave-one-out, and the headless variant
 #
-# The paper ablates 3T three ways, and so does this chapter (first seed only, same budget):
+# The paper ablates 3T three ways, and so does this chapter (on the first seed, same budget):
 #
-# * the **weight** $w$ on the two third-tower terms, $\mathcal{L} = (\mathcal{L}_{fg} + w(\mathcal{L}_{fh} + \mathcal{L}_{gh}))/3$;
-# * **leave-one-out**: drop one of the three terms;
-# * **headless**: no heads, $f$, $g$ and $h$ meet in one space; then the image embedding at test
-#   time can mix the towers, $\alpha\,h + (1-\alpha)\,f$ (normalised): $\alpha = 0$ is 3T's own image
-#   tower, $\alpha = 1$ uses the locked third tower alone (LiT-like, with a text tower trained by 3T).
+# * the **weight** $w$ on the two third-tower terms, $\frac{1}{3}(\mathcal{L}_{f\leftrightarrow g} + w(\mathcal{L}_{f_h\leftrightarrow h_f} + \mathcal{L}_{g_h\leftrightarrow h_g}))$;
+# * **leave-one-out**: drop one of the three terms and average the two that remain (App. A.11);
+# * **headless**: no heads, so $f$, $g$ and $h$ meet in one space; the image embedding at test time can
+#   then mix the towers, $\alpha\,h + (1-\alpha)\,f$ (normalised, §4.5): $\alpha = 0$ is 3T's own image
+#   tower, $\alpha = 1$ the locked third tower alone (LiT-like, with a text tower trained by 3T). The paper
+#   states this reading in §4.5 and the opposite one in App. A.10; the formula decides, and it is the one
+#   implemented here.
+#
+# One seed cannot separate a difference from seed noise (the main runs' spread above is the scale to read
+# these numbers against).
 
 # %%
-ablations = []
-seed0 = cfg.seeds[0]
-if not quick:
-    base = results[(results.method == "3t") & (results.seed == seed0)].iloc[0].to_dict()
-    ablations.append({**base, "method": "3t (w = 1)"})
-    for w in cfg.weights:
-        ablations.append(run("3t", seed0, label=f"3t (w = {w:g})", weight=w)[0])
-    for dropped in tt.TERMS:
-        kept = [t for t in tt.TERMS if t != dropped]
-        ablations.append(run("3t", seed0, label=f"3t without L_{dropped}", terms=kept)[0])
-    headless_row, _, headless = run("3t", seed0, label="3t headless", headless=True)
-    ablations.append(headless_row)
-ablation_table = pd.DataFrame(ablations)
-if len(ablation_table):
-    display((ablation_table.set_index("method")[list(metric_names)].rename(columns=metric_names) * 100).round(1))
+ablation_runs, sweep = Runs(), []
+for seed in [] if quick else cfg.seeds[:cfg.ablation_seeds]:
+    ablation_runs.add(runs.where(method="3t", seed=seed).rows[0], method="3t (w = 1, all terms)")
+    for label, options in three_towers.ablations(cfg):
+        row, _, method = three_towers.train_and_evaluate(cfg, bench, data, "3t", seed, label=label, **options)
+        ablation_runs.add(row)
+        if options.get("headless"):
+            sweep += three_towers.alpha_sweep(cfg, bench, data, method, seed)
+if len(ablation_runs):
+    display(ablation_runs.table(list(labels) + ["zero_shot_average"], by=["method"],
+                                labels={**labels, "zero_shot_average": "average top-1"}).set_index("method"))
 
 # %%
-sweep = []
-if not quick:
-    for alpha in cfg.alphas:
-        headless.alpha = alpha
-        sweep.append({"alpha": alpha, **evaluate(headless)})
-    headless.alpha = 0.0
-    sweep = pd.DataFrame(sweep)
+if sweep:
+    sweep_frame = pd.DataFrame(sweep)
     fig, axis = plt.subplots(figsize=(7, 3.6))
-    for key in (f"{unseen}/acc1", f"{fashion}/acc1", "retrieval/image_retrieval_recall@1"):
-        axis.plot(sweep.alpha, 100 * sweep[key], marker="o", label=metric_names[key])
-    axis.set(xlabel="α  (image embedding = α·h + (1−α)·f)", ylabel="%",
+    for key in (f"{bench.zero_shot[0].name}/acc1", "retrieval/image_retrieval_recall@1", "zero_shot_average"):
+        axis.plot(sweep_frame.alpha, sweep_frame[key], marker="o", label=labels.get(key, "average top-1"))
+    notebook.percent_axis(axis, "y")
+    axis.set(xlabel="α  (image embedding = α·h + (1−α)·f)", ylabel="",
              title="Headless 3T: mixing the trained image tower with the locked third tower")
     axis.legend()
     plt.tight_layout()
@@ -324,146 +351,145 @@ if not quick:
 # %% [markdown]
 # ## At test time the heads and the third tower are gone
 #
-# `ThreeTowers.export()` returns $f$ and $g$ alone (`TwoTowerModel`); the exported model's
-# embeddings are exactly the method's test-time embeddings, and they cannot depend on $h$ or the
-# heads because those parameters are not in it (`tests/test_three_towers.py` scrambles them to check).
+# `ThreeTowers.export()` returns $f$ and $g$ alone (`TwoTowerModel`); the exported model's embeddings are
+# exactly the method's test-time embeddings, and they cannot depend on $h$ or the heads because those
+# parameters are not in it (`tests/test_three_towers.py` scrambles them to check).
 
 # %%
-exported = models["3t"].export()
-probe = {k: v[:64] for k, v in RETRIEVAL.items()}
-same = torch.allclose(exported.encode_image(probe["pixels"]), models["3t"].embed_image(probe["pixels"], None))
+exported = trained["3t"].export()
+probe = {k: v[:64] for k, v in data.retrieval.items()}
+same = torch.allclose(exported.encode_image(probe["pixels"]), trained["3t"].embed_image(probe["pixels"], None))
 kept = sorted({name.split(".")[0] for name, _ in exported.named_parameters()})
-print(f"exported towers: {kept}; {sum(p.numel() for p in exported.parameters()):,} parameters "
-      f"(training held {sum(p.numel() for p in models['3t'].parameters()):,}); same image embeddings: {same}")
+pd.Series({"towers kept": ", ".join(kept), "parameters kept": f"{sum(p.numel() for p in exported.parameters()):,}",
+           "parameters trained": f"{sum(p.numel() for p in trained['3t'].parameters()):,}",
+           "same image embeddings": same}, name="exported model").to_frame()
 
 # %% [markdown]
 # ## What the comparisons say
 #
-# The paper's headline ordering has two parts: **3T beats from-scratch** training (on retrieval and
-# on average), and **LiT is strong where the pretrained model's labels cover the task** and weaker
-# elsewhere. The cell below tests each on this run's numbers (means over seeds; "clearly" = the gap
-# exceeds the larger of the two seed standard deviations).
+# The paper's headline ordering has two parts: **3T beats from-scratch** training (on retrieval and on
+# average classification accuracy) and **beats LiT on retrieval**; and **LiT is strong where the pretrained
+# model's labels cover the task** and weak elsewhere (Table 3: with an ImageNet-21k tower, LiT leads 3T on
+# ImageNet-1k and Birds but trails it by 43 points on Stanford Cars, as ImageNet-21k names no car brand).
+# The last claim is tested here by splitting the unseen emoji concepts by whether ImageNet-1k, the third
+# tower's pretraining labels, names anything like them (animals, food, places, objects) or not (flags,
+# symbols, faces, people). The paper's Table 3 numbers are 10-shot linear probes on the image embedding;
+# this chapter measures zero-shot accuracy, which also depends on the text tower, so the comparison is of
+# directions, not of numbers. "Clearly ahead" has one meaning in the whole book:
 
 # %%
-means = results.groupby("method")[list(metric_names)].mean()
-stds = results.groupby("method")[list(metric_names)].std().fillna(0)
+print(RULE)
 
+# %%
+groups = runs.frame().melt(id_vars=["method", "seed"], var_name="part", value_name="top-1",
+                           value_vars=[f"{bench.zero_shot[0].name}/acc1_{p}" for p in ("covered", "not_covered")]
+                           ) if cfg.data.corpus == "emoji" else None
+if groups is not None:
+    groups["part"] = groups["part"].map(lambda k: "ImageNet-1k names them" if k.endswith("_covered") and "not" not in k
+                                        else "ImageNet-1k does not")
+    fig, axis = plt.subplots(figsize=(7, 3.4))
+    sns.barplot(data=groups, x="part", y="top-1", hue="method", hue_order=list(tt.VARIANTS), errorbar="sd", ax=axis)
+    notebook.chance_line(axis, levels[bench.zero_shot[0].name])
+    notebook.percent_axis(axis, "y", decimals=1)
+    axis.set(xlabel="unseen emoji concepts", ylabel=f"top-1 of {len(bench.zero_shot[0].classnames)}",
+             title="Does LiT lose its lead where the pretraining labels stop?")
+    plt.tight_layout()
 
-def clearly_above(a, b, key):
-    return bool(means.loc[a, key] - means.loc[b, key] > max(stds.loc[a, key], stds.loc[b, key]))
-
-
-retrieval_keys = [k for k in metric_names if k.startswith("retrieval/")]
-findings = {
-    "3t_beats_scratch_retrieval": all(clearly_above("3t", "scratch", k) for k in retrieval_keys),
-    "3t_beats_scratch_average": bool(means.loc["3t"].mean() > means.loc["scratch"].mean()),
-    "lit_beats_3t_on_photos": clearly_above("lit", "3t", f"{fashion}/acc1"),
-    "lit_beats_3t_on_unseen_emoji": clearly_above("lit", "3t", f"{unseen}/acc1"),
-    "3t_beats_lit_retrieval": all(clearly_above("3t", "lit", k) for k in retrieval_keys),
-}
-statements = [
-    f"3T vs scratch, retrieval: {'3T clearly ahead' if findings['3t_beats_scratch_retrieval'] else 'no clear gap'} "
-    f"(text→image R@1 {100 * means.loc['3t', retrieval_keys[0]]:.1f} vs {100 * means.loc['scratch', retrieval_keys[0]]:.1f} %) "
-    f"— the paper: 3T ahead.",
-    f"3T vs scratch, average of all metrics: {'3T' if findings['3t_beats_scratch_average'] else 'scratch'} ahead "
-    f"({100 * means.loc['3t'].mean():.1f} vs {100 * means.loc['scratch'].mean():.1f} %) — the paper: 3T ahead.",
-    f"LiT vs 3T on photos (Fashion-MNIST, ImageNet-like objects): "
-    f"{'LiT clearly ahead' if findings['lit_beats_3t_on_photos'] else 'no clear LiT advantage'} "
-    f"({100 * means.loc['lit', f'{fashion}/acc1']:.1f} vs {100 * means.loc['3t', f'{fashion}/acc1']:.1f} %).",
-    f"LiT vs 3T on abstract symbols (unseen emoji): "
-    f"{'LiT clearly ahead here too' if findings['lit_beats_3t_on_unseen_emoji'] else 'LiT not clearly ahead'} "
-    f"({100 * means.loc['lit', f'{unseen}/acc1']:.1f} vs {100 * means.loc['3t', f'{unseen}/acc1']:.1f} %) — the paper "
-    "expects LiT to weaken where the pretraining labels do not cover the task.",
-    f"3T vs LiT on retrieval: {'3T ahead' if findings['3t_beats_lit_retrieval'] else 'LiT ahead or no clear gap'} "
-    "— the paper: 3T ahead of LiT on retrieval.",
-]
-for line in statements:
-    print("•", line)
+# %%
+claims = three_towers.claims(cfg, bench, runs)
+for claim in claims:
+    print(f"{claim.statement}:\n  {claim.evidence} -> {claim.verdict}")
 
 # %% [markdown]
-# **Why the small config can disagree with the paper.** 3T's premise is that the image tower
-# trained from scratch sees *enough* image-text pairs to learn something the locked model lacks:
-# billions of WebLI pairs in the paper. Here $f$ sees 2,670 drawings, and validation on held-out
-# concepts stops most from-scratch runs within the first 25–75 steps (the `best_step` column of
-# `results`): beyond that, $f$ memorises the training drawings. A tower trained on so little cannot be
-# expected to generalise to 381 unseen concepts or to photographs, so the question this config can
-# answer is the narrower one: does the third tower's signal lift $f$ and $g$ above plain from-scratch
-# training on the *same* tiny data? The statements above answer it on this run's numbers, with the
-# seed spread deciding what counts as a difference; where the spread swamps the gap they say so.
-# The paper's "LiT is weaker off-domain" result needs a pretrained model whose features *miss* the
-# task (its Places365 tower on object-centric tasks); EfficientNet-Lite0's ImageNet features are
-# the only pretrained signal in this run, for drawings and photos alike.
-
-# %%
-if not quick:
-    ends = sweep.sort_values("alpha").iloc[[0, -1]]
-    print(f"headless 3T, seed {seed0}: moving α from {ends.alpha.iloc[0]:g} to {ends.alpha.iloc[1]:g} (towards the third tower) changes "
-          f"unseen-emoji top-1 {100 * ends.iloc[0][f'{unseen}/acc1']:.1f} → {100 * ends.iloc[1][f'{unseen}/acc1']:.1f} %, "
-          f"text→image R@1 {100 * ends.iloc[0]['retrieval/image_retrieval_recall@1']:.1f} → "
-          f"{100 * ends.iloc[1]['retrieval/image_retrieval_recall@1']:.1f} %, Fashion-MNIST "
-          f"{100 * ends.iloc[0][f'{fashion}/acc1']:.1f} → {100 * ends.iloc[1][f'{fashion}/acc1']:.1f} % "
-          "(one seed: read the direction, not the digits).")
+# **Why the small config can disagree with the paper.** 3T's premise is that an image tower trained from
+# scratch sees *enough* image-text pairs to learn something the locked model lacks: billions of WebLI
+# pairs in the paper. Here $f$ sees 2,670 drawings at 32 px and memorises them (the seen-concept ceiling
+# rises far above the unseen scores), so what it can add to a pretrained model is little, and the third
+# tower's extra terms are competing with $\mathcal{L}_{f\leftrightarrow g}$ for a tiny image tower's
+# capacity. LiT, whose image side is EfficientNet-Lite0's ImageNet features, has the strongest image
+# representation in the room, on emoji of every group; that ImageNet-1k has no class for a flag or a
+# symbol does not stop its features from telling two flags apart, which is all a 381-way zero-shot test
+# on drawings asks. The paper's Cars gap needs a task where the locked features lose the distinctions
+# the task is about.
 
 # %% [markdown]
 # ## Paper, official code, this book
 #
-# | | paper (Kossen et al. 2023) | official code | this book (small config) |
-# |---|---|---|---|
-# | image tower $f$ | ViT (g/14, L/16, B/16) from scratch | none released | 4-stage ConvNet at 32 px (full config: timm ViT-B/16, `pretrained=False`) |
-# | text tower $g$ | transformer from scratch | — | bag of word pieces + MLP (transformer available, full config) |
-# | third tower $p$ | JFT-3B / IN-21k / Places365 classifiers, frozen | — | EfficientNet-Lite0 (ImageNet-1k), frozen, cached features |
-# | heads | $\text{normalize}(\text{linear}(x))$, four of them | — | same (`lib.methods.three_towers.Head`) |
-# | loss | $(\mathcal{L}_{fg} + \mathcal{L}_{f_hh_f} + \mathcal{L}_{g_hh_g})/3$, one learned temperature | — | same, init τ = 0.07, scale clamped at 100 (open_clip's convention) |
-# | data | JFT-3B / WebLI, billions of pairs | — | 2,670 emoji drawings with CLDR captions |
-# | LiT baseline | locked pretrained tower | — | cached features + one trainable linear map (widths differ) |
-# | evaluation | ImageNet & VTAB zero/few-shot, COCO/Flickr retrieval | — | 381 unseen emoji concepts, Fashion-MNIST, unseen-concept retrieval |
+# | | paper (Kossen et al. 2023) | official code | this book, small config | this book, full config |
+# |---|---|---|---|---|
+# | image tower $f$ | ViT (B/32 to g/14) from scratch, MAP-head pooling | none released | 4-stage ConvNet at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
+# | text tower $g$ | transformer from scratch | — | bag of word pieces + MLP | 12-layer transformer |
+# | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | — | EfficientNet-Lite0 (ImageNet-1k), cached features | DINOv2-L (self-supervised), cached features |
+# | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | — | same (`lib.methods.three_towers.Head`) | same |
+# | loss | Eq. 4, one learned temperature | — | same, init τ = 0.07, scale clamped at 100 | same |
+# | leave-one-out | half the sum of the two remaining terms (A.11) | — | same | same |
+# | data | JFT-3B / WebLI, 5B examples seen at batch 14,336 | — | 2,670 emoji drawings, 200 steps at batch 256 | CC3M-LLaVA (563k pairs), 20k steps at batch 4,096 |
+# | optimiser | Adafactor, lr 0.001, 10k warm-up steps, cosine, weight decay 0.001 | — | AdamW, lr 0.002, cosine | AdamW, lr 0.001, cosine |
+# | LiT baseline | the locked pretrained tower | — | cached features + one trainable linear map | same |
+# | evaluation | zero-shot and 10-shot classification, COCO/Flickr retrieval | — | zero-shot on unseen emoji and Fashion-MNIST, unseen-concept retrieval | zero-shot on ImageNet-1k, CC3M-LLaVA val retrieval |
 #
-# Paper numbers this chapter does not reproduce (they need JFT/WebLI and TPU-weeks): the abstract's
-# claims quoted at the top; Table 3's Cars few-shot figures 81.5 / 41.9 / 84.9 (as recorded in the
-# book's design notes). The full config (`papermill notebooks/three_towers.ipynb out.ipynb -p config full`)
-# runs the same code on CC3M-LLaVA pairs with DINOv2-L as $p$ on a GPU.
+# Why the full config substitutes: JFT-3B, WebLI and the paper's JFT/IN-21k-pretrained ViTs are not
+# public; CC3M-LLaVA is the public caption set the other chapters use, and DINOv2-L is the strongest public
+# frozen image model they use. DINOv2 is self-supervised, so it has no label set whose coverage could
+# decide where LiT wins, which makes the full config a test of the retrieval and from-scratch claims more
+# than of the Cars example.
 
 # %% [markdown]
-# ## Results file
+# ## What reproduced, what did not
+#
+# One line per claim of the paper that this run can test, with the paper's number, this run's and the
+# verdict of the rule above (reproduced: the paper's direction, clearly; not reproduced: the opposite,
+# clearly; inconclusive: within the seed spread).
 
 # %%
-summary = {
-    "chapter": "three_towers",
-    "config": config,
-    "seeds": list(cfg.seeds),
-    "chance": {**chance, "retrieval": 1 / len(bench.retrieval)},
-    "means": {m: {k: float(v) for k, v in row.items()} for m, row in means.iterrows()},
-    "runs": results.to_dict(orient="records"),
-    "ablations": ablation_table.to_dict(orient="records"),
-    "alpha_sweep": [] if quick else sweep.to_dict(orient="records"),
-    "findings": findings,
-    "statements": statements,
-    "export_same_embeddings": bool(same),
-    "exported_towers": kept,
-    "versions": {"torch": torch.__version__},
-    "seconds": round(time.time() - started, 1),
-}
-out = Path(output_dir)
-out.mkdir(parents=True, exist_ok=True)
-notebook.write_metrics(out, summary)
-print(f"wrote {out / 'metrics.json'} after {summary['seconds']:.0f} s")
+verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
+                          "this run": c.evidence, "verdict": c.verdict} for c in claims])
+with pd.option_context("display.max_colwidth", None):
+    display(verdicts.style.hide(axis="index"))
 
-# %% [markdown]
-# The facts that must hold on any machine (nbval checks this cell's output; the comparisons above
-# are this run's numbers and are not checked):
+# %% tags=["remove-cell"]
+findings = three_towers.findings(cfg, bench, runs, claims)
+fashion = [r for r in three_towers.chance_checks(bench, runs) if r["set"] == "fashion-mnist"]
+notebook.glue("runtime", f"{(__import__('time').time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU "
+              "threads", markdown=True)
+fashion_text = "; ".join(f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion)
+notebook.glue("fashion", f"{fashion_text}, against a chance of {fashion[0]['chance %']} %" if fashion
+              else "there is no Fashion-MNIST set in this config", markdown=True)
+if len(diagnosis):
+    notebook.glue("diagnosis", "; ".join(f"{m} kept step {int(r['step kept'])} (first evaluation: step "
+                                         f"{int(r['first evaluation'])}), unseen top-1 {r['unseen top-1 %, lowest val loss']} % "
+                                         f"vs {r['unseen top-1 %, fixed budget']} % after the full budget"
+                                         for m, r in diagnosis.iterrows()), markdown=True)
+else:
+    notebook.glue("diagnosis", "not run in the quick mode", markdown=True)
+box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
+box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}; {c.reference})" for c in claims]
+if fashion and all(r["above chance"] != "yes" for r in fashion):
+    box.append("- Fashion-MNIST: no method above chance (" + "; ".join(f"{r['method']} {r['top-1 %']} %" for r in fashion)
+               + f"; chance {fashion[0]['chance %']} %)")
+box += [":::"]
+notebook.glue("key_findings", "\n".join(box), markdown=True)
+path = write_metrics(output_dir, chapter="three_towers", config=config, settings=cfg, started=started, runs=runs,
+                     findings=findings, claims=claims, features=found,
+                     extra={"chance": levels, "ablations": ablation_runs.rows, "alpha_sweep": sweep,
+                            "early_stopping_diagnosis": diagnosis.reset_index().to_dict(orient="records"),
+                            "chance_checks": three_towers.chance_checks(bench, runs),
+                            "export_same_embeddings": bool(same), "exported_towers": kept})
+print(f"wrote {path}")
 
-# %%
+# %% tags=["remove-cell"]
 # NBVAL_CHECK_OUTPUT
-print(f"every method above chance on unseen emoji: {bool((means[f'{unseen}/acc1'] > chance[unseen]).all())}")
 print(f"heads and third tower dropped at test time: {kept == ['f', 'g'] and bool(same)}")
+print(f"claims tested: {len(claims)}")
 
 # %% [markdown]
 # ## What to try next
 #
 # * Swap the third tower: any vision model in the store works (`third:` in the config), e.g.
-#   `offline/dinov2-small`, and see whether 3T's gain over scratch follows the quality of $p$.
-# * Give $f$ more to learn from: more steps, both styles and stronger augmentation
-#   (`lib.methods.three_towers.augment`), or a transformer text tower (`text_tower.kind: transformer`).
+#   `offline/dinov2-small`, and see whether 3T's standing against scratch follows the quality of $p$.
+# * Give $f$ more to learn from: more steps, a higher resolution (`image_tower.image_size`), stronger
+#   augmentation (`lib.methods.three_towers.augment`), or a transformer text tower (`text_tower.kind: transformer`).
+# * Run the ablations on every seed (`ablation_seeds: 3`) so that the rule can judge them.
 # * Reuse the pieces: `lib.methods.three_towers.ThreeTowers` (the method and its variants),
-#   `ThreeTowers.export` / `TwoTowerModel` (what ships), `lib.core.train.fit` (the loop),
-#   `lib.core.evaluate.zero_shot_classifier` and `retrieval_metrics` (CLIP_benchmark's conventions).
+#   `ThreeTowers.export` / `TwoTowerModel` (what ships), `lib.nn.towers` (the towers trained from scratch),
+#   `lib.core.train.fit` (the loop).

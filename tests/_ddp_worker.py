@@ -28,7 +28,7 @@ from torch import nn  # noqa: E402
 
 TEXT_DIM, IMAGE_DIM, N_TRAIN, N_VAL = 12, 8, 64, 24
 
-# name -> TrainConfig fields; linear ShareLock head (no BatchNorm, no dropout), learnable temperature
+# name -> TrainSettings fields; linear ShareLock head (no BatchNorm, no dropout), learnable temperature
 FITS = {
     "full_batch": dict(steps=14, batch_size=16, lr=3e-2, warmup_steps=2, eval_every=2, patience=2, min_delta=0.3),
     "accumulated": dict(steps=6, batch_size=16, micro_batch_size=8, lr=3e-2, warmup_steps=1, eval_every=2),
@@ -57,7 +57,8 @@ def build_method():
 def run_fit(name: str) -> dict:
     """One fit of :data:`FITS` (single process or under torch.distributed, whichever is active)."""
     from lib.nn import losses
-    from lib.core.train import TrainConfig, fit
+    from lib.core.config import TrainSettings
+    from lib.core.train import fit
 
     logit_rows = []
     original = losses.clip_loss
@@ -69,7 +70,7 @@ def run_fit(name: str) -> dict:
     method = build_method()
     losses.clip_loss = recording
     try:
-        result = fit(method, make_data(N_TRAIN, 1), make_data(N_VAL, 2), TrainConfig(**FITS[name]), progress=False)
+        result = fit(method, make_data(N_TRAIN, 1), make_data(N_VAL, 2), TrainSettings(**FITS[name]), progress=False)
     finally:
         losses.clip_loss = original
     return {"history": result.history, "best_step": result.best_step, "stopped_early": result.stopped_early,
@@ -111,10 +112,11 @@ def _gathered_loss_case(rank: int, world: int) -> dict:
 
 
 def _refused(name: str) -> str:
-    from lib.core.train import TrainConfig, fit
+    from lib.core.config import TrainSettings
+    from lib.core.train import fit
 
     try:
-        fit(build_method(), make_data(N_TRAIN, 1), None, TrainConfig(**REFUSED[name]), progress=False)
+        fit(build_method(), make_data(N_TRAIN, 1), None, TrainSettings(**REFUSED[name]), progress=False)
     except ValueError as error:
         return str(error)
     return "no error"
@@ -124,12 +126,13 @@ def _batchnorm_warning() -> list[str]:
     """ShareLock's MLP head has BatchNorm: on CPU, DDP training must say that it is not synchronised."""
     from lib.core.config import HeadConfig, LossConfig
     from lib.methods.sharelock import ShareLock
-    from lib.core.train import TrainConfig, fit
+    from lib.core.config import TrainSettings
+    from lib.core.train import fit
 
     method = ShareLock(TEXT_DIM, IMAGE_DIM, HeadConfig(hidden_dim=8, num_layers=2, dropout=0.0), LossConfig())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit(method, make_data(N_TRAIN, 1), None, TrainConfig(steps=1, batch_size=16, warmup_steps=0), progress=False)
+        fit(method, make_data(N_TRAIN, 1), None, TrainSettings(steps=1, batch_size=16, warmup_steps=0), progress=False)
     return [str(w.message) for w in caught if "BatchNorm" in str(w.message)]
 
 

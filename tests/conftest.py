@@ -1,6 +1,6 @@
 """Shared fixtures: the real offline models (loaded once per session), the emoji corpus, temp manifests.
 
-The hub is off for every test (``HF_HUB_OFFLINE=1``, DESIGN.md §5): the small config's models are the
+The hub is off for every test (``HF_HUB_OFFLINE=1``): the small config's models are the
 converted ``offline/*`` folders under ``.cache/models`` that :func:`lib.core.models.ensure_offline_model`
 builds on first use.
 """

@@ -20,7 +20,7 @@ import lib
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.py"))
-MODULES = sorted(m.name for m in pkgutil.iter_modules(lib.__path__))
+MODULES = sorted(m.name for m in pkgutil.walk_packages(lib.__path__, "lib.") if not m.ispkg)
 # notebooks/<chapter>.py[``], section(s) "<title>"[, "<title>"][ and "<title>"]
 BACKLINK = re.compile(r'notebooks/(\w+)\.py`{0,2},?\s+sections?\s+((?:"[^"]+"(?:,\s*|\s+and\s+)?)+)')
 
@@ -46,16 +46,17 @@ def test_backlink_pattern_reads_one_and_several_sections():
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_backlink_names_an_existing_section(module):
-    source = (ROOT / "lib" / f"{module}.py").read_text()
+    path = ROOT / (module.replace(".", "/") + ".py")
+    source = path.read_text()
     broken = [f"notebooks/{c}.py has no section {t!r}" for c, t in backlinks(source)
               if c not in CHAPTERS or t not in headings(c)]
-    assert not broken, f"lib/{module}.py: " + "; ".join(broken)
+    assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_module_says_where_it_is_explained(module):
-    doc = importlib.import_module(f"lib.{module}").__doc__
-    assert has_backlink(doc), f'lib/{module}.py: add `See notebooks/<chapter>.py, section "<heading>".` to its docstring'
+    doc = importlib.import_module(module).__doc__
+    assert has_backlink(doc), f'{module}: add `See notebooks/<chapter>.py, section "<heading>".` to its docstring'
 
 
 def _try_next(chapter: str) -> str:
@@ -65,10 +66,20 @@ def _try_next(chapter: str) -> str:
     return text[start:]
 
 
-def _resolve(dotted: str):
+def _module_of(dotted: str) -> tuple[object, list[str]]:
+    """The longest importable module prefix of ``dotted`` and the attribute path after it."""
     parts = dotted.split(".")
-    obj = importlib.import_module(".".join(parts[:2]))
-    for name in parts[2:]:
+    for cut in range(len(parts), 0, -1):
+        try:
+            return importlib.import_module(".".join(parts[:cut])), parts[cut:]
+        except ImportError:
+            continue
+    raise ImportError(dotted)
+
+
+def _resolve(dotted: str):
+    obj, rest = _module_of(dotted)
+    for name in rest:
         obj = getattr(obj, name)
     return obj
 
@@ -84,7 +95,7 @@ def test_what_to_try_next_points_at_documented_lib_functions(chapter):
         except (ImportError, AttributeError) as error:
             problems.append(f"{dotted} does not exist ({error})")
             continue
-        module = importlib.import_module(".".join(dotted.split(".")[:2]))
+        module = _module_of(dotted)[0]
         if not (has_backlink(getattr(obj, "__doc__", None)) or has_backlink(module.__doc__)):
             problems.append(f"{dotted} has no back-link to a section (nor has {module.__name__})")
     assert not problems, f"notebooks/{chapter}.py: " + "; ".join(problems)

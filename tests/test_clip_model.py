@@ -1,5 +1,5 @@
 """Tests of lib.core.clip_model.FrozenFeatureCLIP: the CLIP_benchmark-style object (tokenizer, encode_text,
-encode_image, preprocess) must give exactly the features the training pipeline gives (DESIGN.md §2)."""
+encode_image, preprocess) must give exactly the features the training pipeline gives."""
 from __future__ import annotations
 
 import pytest

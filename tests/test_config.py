@@ -1,4 +1,4 @@
-"""Tests of lib.core.config: validated small/full configs, one-line errors naming field and value (DESIGN.md §4)."""
+"""Tests of lib.core.config: validated small/full configs, one-line errors naming field and value."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from lib.core import config
-from lib.core.config import ConfigError, HeadConfig, ShareLockConfig, TextModelConfig, build, load
+from lib.chapters.sharelock import Config as ShareLockConfig
+from lib.core.config import ConfigError, HeadConfig, TextModelConfig, TrainSettings, build, load, parameter_overrides
 
 RAW = yaml.safe_load((config.CONFIG_DIR / "sharelock.yaml").read_text())
 
@@ -160,8 +161,8 @@ def test_overrides_do_not_leak_into_the_next_load():
 
 def test_unknown_section_names_the_known_ones():
     with pytest.raises(ConfigError) as info:
-        load("sharelock", "medium", ShareLockConfig)
-    assert "'medium'" in str(info.value) and "small" in str(info.value) and "full" in str(info.value)
+        load("sharelock", "huge", ShareLockConfig)
+    assert "'huge'" in str(info.value) and "small" in str(info.value) and "full" in str(info.value)
 
 
 def test_load_from_a_user_yaml_file(tmp_path):
@@ -185,3 +186,28 @@ def test_yaml_exponent_strings_become_floats_and_defaults_fill_in():
     assert yaml.safe_load("lr: 1e-3")["lr"] == "1e-3"
     assert cfg.train.lr == pytest.approx(1e-3)
     assert cfg.head == HeadConfig() and cfg.text[0].layer == -1 and cfg.vision[0].image_size is None
+
+
+@pytest.mark.parametrize("betas, problem", [([0.9], "two numbers"), ([0.9, 1.2], "in [0, 1)"), ([0.9, 0.9, 0.9], "two")])
+def test_betas_are_checked_for_length_and_range_on_load(betas, problem):
+    with pytest.raises(ConfigError, match=r"small.train: betas must be two numbers in \[0, 1\)"):
+        load("sharelock", "small", ShareLockConfig, {"train": {"betas": betas}})
+    assert problem
+
+
+def test_train_settings_are_one_schema_for_configs_and_fit():
+    cfg = load("sharelock", "small", ShareLockConfig, {"train": {"betas": [0.9, 0.95]}})
+    assert isinstance(cfg.train, TrainSettings) and cfg.train.betas == (0.9, 0.95)
+    with pytest.raises(ValueError, match="micro_batch_size must be between 1 and batch_size=8"):
+        TrainSettings(batch_size=8, micro_batch_size=16)
+
+
+def test_papermill_list_parameters_given_as_strings_are_parsed():
+    assert parameter_overrides(seeds="[0, 1]") == {"seeds": [0, 1]}
+    assert parameter_overrides(seeds=[2]) == {"seeds": [2]}
+    assert parameter_overrides(seeds=3, limit="40") == {"seeds": [3], "data": {"limit": 40}}
+    assert parameter_overrides() == {}
+    cfg = load("sharelock", "small", ShareLockConfig, parameter_overrides(seeds="[0]"))
+    assert cfg.seeds == (0,)
+    with pytest.raises(ConfigError, match=r"small.seeds\[0\]: '\[' is not allowed"):
+        load("sharelock", "small", ShareLockConfig, {"seeds": list("[0]")})  # what a naive list() did

@@ -1,9 +1,11 @@
 """Tests of lib.data.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
-local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders (DESIGN.md §4)."""
+local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders."""
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from pathlib import Path
 import shutil
 from collections import Counter
 
@@ -125,11 +127,11 @@ def test_malformed_jsonl_line_names_its_number(manifest_dir, pair_folder):
     lines = (folder / "train.jsonl").read_text().splitlines()
     lines[3] = '{"image": "img/02.png", "caption": '  # line 4 (line 3 is blank)
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4 "):
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4\b"):
         jsonl_pairs("toy-pairs", "train")
     lines[3] = json.dumps({"image": "img/02.png", "text": "no caption key"})
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4 "):
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 4\b"):
         jsonl_pairs("toy-pairs", "train")
 
 
@@ -139,7 +141,7 @@ def test_non_object_jsonl_line_names_its_number(manifest_dir, pair_folder):
     lines = (folder / "train.jsonl").read_text().splitlines()
     lines[1] = json.dumps(["img/01.png", "a caption"])
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 2 "):
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 2\b"):
         jsonl_pairs("toy-pairs", "train")
 
 
@@ -232,3 +234,81 @@ def test_folder_labelled_missing_class_folder_is_an_error(manifest_dir, class_fo
     manifest_dir("toy-classes", manifest)
     with pytest.raises(DatasetMissingError, match="n03"):
         folder_labelled("toy-classes")
+
+
+@pytest.mark.parametrize("field, value", [("caption", None), ("caption", 7), ("caption", "  "), ("image", ["a.png"])])
+def test_a_jsonl_field_that_is_not_a_string_is_refused_not_stringified(manifest_dir, pair_folder, field, value):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
+    lines = (folder / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[0] = json.dumps({**rows[0], field: value})
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetMissingError, match=rf"train\.jsonl line 1: {field} is .*, not a non-empty string"):
+        jsonl_pairs("toy-pairs", "train")
+
+
+def test_a_non_utf8_jsonl_line_is_named_with_its_number(manifest_dir, pair_folder):
+    folder, rows, _ = pair_folder
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
+    data = (folder / "train.jsonl").read_bytes().split(b"\n")
+    data[1] = json.dumps({**rows[1], "caption": "caf\u00e9"}, ensure_ascii=False).encode("latin-1")  # \xe9
+    (folder / "train.jsonl").write_bytes(b"\n".join(data))
+    with pytest.raises(DatasetMissingError, match=r"train\.jsonl line 2: is not UTF-8"):
+        jsonl_pairs("toy-pairs", "train")
+
+
+def test_files_are_read_as_utf8_under_a_non_utf8_locale(manifest_dir, pair_folder, tmp_path):
+    """``LC_ALL=C`` with UTF-8 mode and locale coercion off: Python's default encoding is ASCII, and every
+    text file the book reads (manifests, JSONL captions, the emoji corpus's CLDR text) must still load."""
+    import subprocess
+    import sys
+
+    folder, rows, _ = pair_folder
+    manifest = manifest_dir("toy-pairs", {**_pairs_manifest(folder), "description": "d\u00e9j\u00e0 vu"})
+    lines = [json.dumps({**r, "caption": r["caption"] + " \u00e9t\u00e9 \u2615"}, ensure_ascii=False) for r in rows]
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    script = (
+        "import locale; from lib.data import manifests, emoji; from lib.data.datasets import jsonl_pairs\n"
+        "assert locale.getpreferredencoding(False).lower() in ('ansi_x3.4-1968', 'ascii', 'us-ascii'), "
+        "locale.getpreferredencoding(False)\n"
+        "assert any(c.names.get('ja') for c in emoji.load_concepts())\n"
+        f"manifests.MANIFEST_DIR = __import__('pathlib').Path({str(manifest.parent)!r}); manifests.load.cache_clear()\n"
+        "pairs = jsonl_pairs('toy-pairs', 'train'); assert '\\u2615' in pairs.captions[0]\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONIOENCODING": "utf-8"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_path):
+    """The emoji corpus is unpacked into a temporary assets folder, then damaged in two ways."""
+    from lib.core import paths
+    from lib.data import emoji
+
+    monkeypatch.setattr(emoji, "assets_dir", lambda: tmp_path)
+    emoji.load_concepts.cache_clear()
+    emoji._checked.clear()
+    try:
+        concept = emoji.load_concepts()[5]
+        picture = concept.images["google"]
+        assert str(picture).startswith(str(tmp_path))
+        picture.write_bytes(picture.read_bytes()[: 40])  # truncated PNG
+        emoji._checked.clear()
+        with pytest.raises(DatasetMissingError, match=r"has \d+ bytes, not \d+: the unpacked emoji corpus is "
+                                                      r"damaged; run `python -m lib.data.emoji --re-extract`"):
+            emoji.corpus_dir()
+        with pytest.raises(BadImageError, match=r"is not a readable image .*run `python -m lib.data.emoji --re-extract`"):
+            concept.image("google")
+        emoji.re_extract()
+        assert concept.image("google").size == (64, 64)
+        picture.unlink()
+        emoji._checked.clear()
+        with pytest.raises(DatasetMissingError, match="is missing: the unpacked emoji corpus is damaged"):
+            emoji.corpus_dir()
+    finally:
+        emoji.load_concepts.cache_clear()
+        emoji._checked.clear()
+        assert paths.assets_dir() != tmp_path

@@ -108,47 +108,46 @@ def test_a_rank_computes_only_its_shards_and_leaves_the_entry_open(tmp_path):
     """Rank 1 of 2 alone (in this process): shards 1 and 3 only, no manifest until rank 0 has run. (Two
     ranks running together cannot show this: the store's shard locks would split the work anyway.)"""
     from lib import precompute
+    from lib.core.features import materialise
     from lib.core.store import FeatureStore
 
-    cfg = precompute._sharelock_config("small", LIMIT)
-    entries = precompute._select(precompute.sharelock_entries(cfg, "cpu"), ENTRIES[:1])
-    store = FeatureStore(tmp_path, dtype=cfg.store.dtype, shard_rows=SHARD_ROWS)
-    assert precompute._compute_own_shards(entries, store, rank=1, world=2) == [[1, 3]]
+    _, plan = precompute.load_plan("sharelock", "small", limit=LIMIT, only=ENTRIES[:1], shard_rows=SHARD_ROWS)
+    store = FeatureStore(tmp_path)
+    mine = materialise(store, plan, rank=1, world_size=2)
+    assert [row["computed_shards"] for row in mine.report] == [[1, 3]] and mine[plan.names()[0]] is None
     assert sorted(p.name for p in tmp_path.rglob("shard-*.json")) == ["shard-00001.json", "shard-00003.json"]
     assert not list(tmp_path.rglob("manifest.json"))
-    (cached, late), = precompute._complete_and_verify(entries, store)  # rank 0 after the barrier
-    assert late == [0, 2] and len(cached) == LIMIT
+    done = materialise(store, plan)  # rank 0 after the barrier
+    assert done.report[0]["computed_shards"] == [0, 2] and len(done[plan.names()[0]]) == LIMIT
 
 
 @pytest.mark.slow  # real models (MiniLM, EfficientNet-Lite0); runs in CI all the same
-def test_the_notebooks_own_call_finds_the_precomputed_entry(stores):
-    """notebooks/sharelock.py calls features.text_features(store, cfg, captions, source=...): a cache hit."""
-    from lib.core import config, features
-    from lib.data import datasets
+def test_the_notebooks_plan_finds_the_precomputed_entries(stores):
+    """notebooks/sharelock.py materialises lib.chapters.sharelock.feature_plan: after the precompute, a pure hit."""
+    from lib import chapters
+    from lib.core.features import materialise
     from lib.core.store import FeatureStore
 
-    cfg = config.load("sharelock", "small", config.ShareLockConfig, {"data": {"limit": LIMIT}})
-    train = datasets.build_benchmark(cfg.data).train
-    minilm = next(t for t in cfg.text if t.name.endswith("all-MiniLM-L6-v2"))
-    store = FeatureStore(stores["two"][0], dtype=cfg.store.dtype, shard_rows=SHARD_ROWS, verify="always")
-    cached = features.text_features(store, minilm, train.captions, source=train.source)
-    assert cached.shards_computed == 0 and len(cached) == LIMIT
+    module = chapters.get("sharelock")
+    cfg = module.load_config("small", {"data": {"limit": LIMIT}})
+    plan = module.feature_plan(cfg, module.benchmark(cfg)).select(ENTRIES)
+    found = materialise(FeatureStore(stores["two"][0], verify="always"), plan)
+    assert found.counts()[0] == 0 and all(len(found[name]) == LIMIT for name in plan.names())
 
 
 @pytest.mark.slow  # a real model (MiniLM); runs in CI all the same
 def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_path):
-    """A lib.core.sequences entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
-    shards) on 2 ranks and in one process (in this process: no second launch), then the notebook's call."""
+    """A token-sequence entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
+    shards) on 2 ranks and in one process (in this process: no second launch), then the chapter's plan."""
     from lib import precompute
-    from lib.data import datasets
-    from lib.methods import fdt
-    from lib.core.sequences import text_sequences
+    from lib.core.features import materialise
     from lib.core.store import FeatureStore
+
+    only = "text-tokens:*:emoji-train-google"
 
     def command(name: str) -> list[str]:
         return ["-m", "lib.precompute", "--chapter", "fdt", "--limit", "8", "--shard-rows", "12",
-                "--only", "text-tokens:*:emoji-train-google", "--store", str(tmp_path / name),
-                "--report", str(tmp_path / f"{name}.json")]
+                "--only", only, "--store", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
 
     _run(command("two"), nproc=2)
     assert precompute.main(command("one")[2:]) == 0
@@ -156,18 +155,17 @@ def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_pa
     (entry,) = json.loads((tmp_path / "two.json").read_text())["entries"]
     assert (entry["rows"], entry["items"], entry["shards"]) == (48, 8, 4), entry
     assert entry["computed_by_rank"] == [[0, 2], [1, 3]] and entry["completed_by_rank_0"] == [], entry
-    cfg = fdt.load_config("small", {"data": {"limit": 8}})  # notebooks/fdt.py's text_seqs, with data.limit 8
-    train = datasets.build_benchmark(cfg.data).train
-    store = FeatureStore(tmp_path / "two", dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows, verify="always")
-    seqs = text_sequences(store, cfg.text, train.captions, source=train.source, device=cfg.device)
-    assert seqs.shards_computed == 0 and seqs.key == entry["key"] and seqs.num_tokens == 48
+    _, plan = precompute.load_plan("fdt", "small", limit=8, only=[only], shard_rows=12)
+    found = materialise(FeatureStore(tmp_path / "two", verify="always"), plan)
+    (name,) = plan.names()
+    assert found.counts()[0] == 0 and found[name].key == entry["key"] and found[name].num_tokens == 48
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--chapter", "sharelok"], "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows fdt,"),
-    (["--chapter", "sharelock", "--config", "medium"], "'medium' is not allowed; expected one of small, full"),
+    (["--chapter", "sharelok"], "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows sharelock,"),
+    (["--chapter", "sharelock", "--config", "huge"], "'huge' is not allowed; expected one of small,"),
     (["--chapter", "sharelock", "--only", "text:nothing*"], "--only text:nothing* matches none of the"),
-    (["--chapter", "sharelock", "--limit", "0"], "--limit 0: expected a positive number of rows"),
+    (["--chapter", "sharelock", "--limit", "0"], "--limit 0: expected a positive number"),
 ])
 def test_precompute_refuses_bad_arguments_with_one_line(argv, expected):
     from lib import precompute

@@ -1,4 +1,4 @@
-"""Tests of lib.data.emoji: the emoji corpus and its leak-free family splits (DESIGN.md §5)."""
+"""Tests of lib.data.emoji: the emoji corpus and its leak-free family splits."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """Tests of lib.core.encoders: pooling against manual indexing, and the real offline text/vision models
-(batched = one at a time, input order, padding side, layer choice, eval-mode preprocessing). DESIGN.md §2, §5."""
+(batched = one at a time, input order, padding side, layer choice, eval-mode preprocessing). """
 from __future__ import annotations
 
 import pytest

@@ -5,7 +5,6 @@ The reference is the obvious computation: for each facet, an ordinary left-padde
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -174,26 +173,50 @@ def test_long_captions_are_cut_inside_the_quotes(encoders):
 
 
 def test_facet_features_are_cached_in_caption_major_rows(encoders, tmp_path, monkeypatch):
-    """Rows ``i*K + k``; shards of 4 rows cut captions' facets (K = 3) and must still give the same
-    numbers; the second call reads the store and never runs the model."""
+    """A ``features.facets`` request: rows ``i*K + k``; shards of 4 rows cut captions' facets (K = 3) and must
+    still give the same numbers; the second materialisation reads the store and never runs the model."""
+    from lib.core import features
+
     cfg = FacetConfig(MODELS["smollm2"], facets=FACETS, batch_size=2)
-    monkeypatch.setitem(facets._ENCODERS, (cfg, "cpu"), encoders["smollm2"])
-    store = FeatureStore(tmp_path / "store", dtype="float32", shard_rows=4)
+    monkeypatch.setitem(features.ENCODERS._encoders, (cfg, "cpu", "eager"), encoders["smollm2"])
+    store = FeatureStore(tmp_path / "store")
+    request = features.facets(cfg, CAPTIONS, source={"test": "captions"}, name="facets:test", ids=["a", "b", "c"],
+                              dtype="float32", shard_rows=4)
     with torch.no_grad():
         expected = encoders["smollm2"].encode(CAPTIONS, progress=False)
-    cached = facets.facet_features(store, cfg, CAPTIONS, source={"test": "captions"}, ids=["a", "b", "c"])
-    assert cached.ids == ["a#0", "a#1", "a#2", "b#0", "b#1", "b#2", "c#0", "c#1", "c#2"]
-    got = torch.from_numpy(cached.numpy()).view(3, 3, -1)
+    found = features.materialise(store, [request], release=False)
+    assert found["facets:test"].ids == ["a#0", "a#1", "a#2", "b#0", "b#1", "b#2", "c#0", "c#1", "c#2"]
+    got = found.tensor("facets:test")
+    assert got.shape == (3, 3, encoders["smollm2"].dim)
     assert (got - expected).abs().max().item() <= TOLERANCE
+    assert found.counts() == (3, 0)  # 9 rows in shards of 4
 
     def explode(*args, **kwargs):
         raise AssertionError("a cache hit must not run the model")
 
     monkeypatch.setattr(encoders["smollm2"], "encode", explode)
-    again = facets.facet_features(store, cfg, CAPTIONS, source={"test": "captions"}, ids=["a", "b", "c"])
-    assert np.array_equal(again.numpy(), cached.numpy())
-    other = facets.facet_spec(FacetConfig(MODELS["smollm2"], facets=FACETS, layer=29), CAPTIONS, {"test": "captions"})
-    assert store.entry_dir(other) != store.entry_dir(facets.facet_spec(cfg, CAPTIONS, {"test": "captions"}))
+    again = features.materialise(store, [request], release=False)
+    assert torch.equal(again.tensor("facets:test"), got) and again.counts() == (0, 3)
+    other = features.facets(FacetConfig(MODELS["smollm2"], facets=FACETS, layer=29), CAPTIONS,
+                            source={"test": "captions"}, name="facets:other", ids=["a", "b", "c"], dtype="float32")
+    assert store.entry_dir(features.spec_of(other)) != store.entry_dir(features.spec_of(request))
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_the_official_template_splits_at_a_token_boundary(encoders, key):
+    """The official code's wording (``lib.methods.flame.OFFICIAL_TEMPLATE``, spaces before punctuation) keeps the
+    prefix + suffix = whole-prompt tokenisation that decoupled attention relies on."""
+    from lib.methods.flame import OFFICIAL_TEMPLATE, official_caption
+
+    prefix_template, suffix_template = split_template(OFFICIAL_TEMPLATE)
+    assert prefix_template == 'Image description : "{caption}" . After thinking step by step ,'
+    tokenizer = encoders[key].tokenizer
+    for caption in CAPTIONS:
+        prefix = prefix_template.replace("{caption}", facets.clean_caption(official_caption(caption)))
+        for facet in FACETS:
+            suffix = suffix_template.replace("{facet}", facet)
+            assert (tokenizer(prefix)["input_ids"] + tokenizer(suffix, add_special_tokens=False)["input_ids"]
+                    == tokenizer(prefix + suffix)["input_ids"]), prefix + suffix
 
 
 def test_facet_config_builds_from_yaml_data_and_refuses_bad_templates():

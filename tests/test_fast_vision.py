@@ -55,12 +55,13 @@ def test_unknown_backend_and_onnx_off_cpu_are_refused():
         VisionEncoder(name, backend="onnx", device="cuda", **kwargs)
 
 
-def test_features_module_keeps_eager_and_onnx_encoders_apart(efficientnet, monkeypatch):
+def test_the_encoder_pool_keeps_eager_and_onnx_encoders_apart(efficientnet):
     from lib.core import features
     from lib.core.config import VisionModelConfig
 
     cfg = VisionModelConfig(**VISION_MODELS["efficientnet"])
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {(cfg, "eager"): efficientnet})
-    fast = features.vision_encoder(cfg, backend="onnx")
-    assert features.vision_encoder(cfg) is efficientnet and fast is not efficientnet
-    assert fast.backend == "onnx" and features.vision_encoder(cfg, backend="onnx") is fast
+    pool = features.EncoderPool()
+    pool._encoders[(cfg, "cpu", "eager")] = efficientnet
+    fast = pool.get(cfg, backend="onnx")
+    assert pool.get(cfg) is efficientnet and fast is not efficientnet
+    assert fast.backend == "onnx" and pool.get(cfg, backend="onnx") is fast

@@ -1,4 +1,5 @@
-"""FLAME's losses and image projector against independent formulas and open_clip, and a training run."""
+"""FLAME's losses (``lib.nn.losses``) and image projector against independent formulas and open_clip, a training
+run, and the official code's caption formatting."""
 from __future__ import annotations
 
 import math
@@ -10,10 +11,9 @@ import torch.nn.functional as F
 from open_clip.loss import ClipLoss as OpenClipLoss
 from open_clip.loss import SigLipLoss
 
-from lib.methods.flame import (
-    Flame, FacetClipLoss, FlameProjector, MultiPositiveSigmoidLoss, facet_clip_loss, multi_positive_sigmoid_loss,
-)
-from lib.core.train import TrainConfig, fit, seed_everything
+from lib.core.train import TrainSettings, fit, seed_everything
+from lib.methods.flame import Flame, FlameProjector, official_caption
+from lib.nn.losses import FacetClipLoss, MultiPositiveSigmoidLoss, facet_clip_loss, multi_positive_sigmoid_loss
 
 
 def _unit(*shape, seed=0):
@@ -137,8 +137,8 @@ def test_flame_trains_with_the_shared_loop(loss):
     def run():
         seed_everything(0)
         method = Flame(image_dim, text_dim, loss=loss, hidden_dim=32, positives=2 if loss == "mp_sigmoid" else None)
-        result = fit(method, data, data, TrainConfig(steps=60, batch_size=32, lr=3e-3, warmup_steps=5,
-                                                     eval_every=20, seed=0), progress=False)
+        result = fit(method, data, data, TrainSettings(steps=60, batch_size=32, lr=3e-3, warmup_steps=5, eval_every=20),
+                     seed=0, progress=False)
         return method, result
 
     method, result = run()
@@ -150,3 +150,21 @@ def test_flame_trains_with_the_shared_loop(loss):
         method.eval()
         sims = method.embed_image(image) @ method.embed_text(text).T
         assert (sims.argmax(dim=1) == torch.arange(n)).float().mean() > 0.5
+
+
+def test_official_caption_follows_the_official_code():
+    """``multiprompteol_embeddings.py``: a "." unless the caption ends in . ? " ', double quotes to single, "?" to "."."""
+    assert official_caption("a dog on a sofa") == "a dog on a sofa."
+    assert official_caption("a dog on a sofa.") == "a dog on a sofa."
+    assert official_caption("is it a dog?") == "is it a dog."
+    assert official_caption('the "best" dog') == "the 'best' dog."
+    assert official_caption("it's 'ok'") == "it's 'ok'"
+
+
+def test_flame_embeds_a_caption_as_the_renormalised_mean_of_its_facets():
+    method = Flame(4, 3, hidden_dim=8)
+    facets = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    assert torch.allclose(method.embed_text(facets), F.normalize(torch.tensor([[1.5, 0.5, 0.0]]), dim=-1))
+    assert torch.allclose(method.embed_text(facets[:, :1]), torch.tensor([[1.0, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="text width 3"):
+        method.embed_text(torch.randn(2, 5))

@@ -1,4 +1,4 @@
-"""Tests of lib.data.manifests: checksums, missing-file messages, locations (DESIGN.md §4)."""
+"""Tests of lib.data.manifests: checksums, missing-file messages, locations."""
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,4 @@
-"""No unsafe loading: nothing in the book unpickles (DESIGN.md §2: "no pickle").
+"""No unsafe loading: nothing in the book unpickles (book/design.md: "no pickle").
 
 Unpickling runs whatever code the file names, so a downloaded checkpoint or a tampered cache file
 could run code on the reader's machine. This scans the source of lib/, tools/, bench/, tests/ and
@@ -160,4 +160,4 @@ def test_no_source_file_loads_unsafely():
     found = []
     for path in files:
         found += findings_in(path.read_text(encoding="utf-8"), str(path.relative_to(REPO_ROOT)))
-    assert not found, "unsafe loading (pickle can run code; see DESIGN.md §2):\n" + "\n".join(found)
+    assert not found, "unsafe loading (pickle can run code; see book/design.md):\n" + "\n".join(found)

@@ -1,4 +1,4 @@
-"""Reliability of lib.core.store (DESIGN.md §2, "Store"): crashes, corruption, concurrency.
+"""Reliability of lib.core.store (book/design.md): crashes, corruption, concurrency.
 
 * Crash safety: a precompute in a subprocess is SIGKILLed at 26 named points (inside the writes of
   spec.json, ids.json, shard .npy files, sidecars and the manifest, and between them) and at timed

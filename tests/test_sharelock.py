@@ -8,7 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from lib.core.config import HeadConfig, LossConfig
-from lib.methods.sharelock import ShareLock, prompts, retrieval, zero_shot_metrics
+from lib.core.evaluate import prompt_texts as prompts
+from lib.core.evaluate import retrieval
+from lib.core.evaluate import zero_shot as zero_shot_metrics
+from lib.methods.sharelock import ShareLock
 
 
 def _method(kind="mlp"):
@@ -70,3 +73,12 @@ def test_retrieval_is_perfect_when_captions_map_onto_their_images():
     metrics = retrieval(method, images, images.clone())
     assert metrics["image_retrieval_recall@1"] == 1.0
     assert metrics["text_retrieval_recall@1"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.float32])
+def test_embedding_accepts_any_float_dtype(dtype):
+    method = ShareLock(6, 4, HeadConfig(hidden_dim=8, num_layers=2), LossConfig()).eval()
+    image = method.embed_image(torch.randn(3, 4, dtype=dtype))
+    text = method.embed_text(torch.randn(3, 6, dtype=dtype))
+    assert image.dtype == text.dtype == torch.float32 and image.shape == text.shape == (3, 4)
+    assert torch.allclose(image.norm(dim=-1), torch.ones(3)) and torch.allclose(text.norm(dim=-1), torch.ones(3))

@@ -1,4 +1,4 @@
-"""Tests of lib.core.store, the cached-feature store (DESIGN.md §2)."""
+"""Tests of lib.core.store, the cached-feature store."""
 import hashlib
 import json
 import os

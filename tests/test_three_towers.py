@@ -1,5 +1,6 @@
-"""Three Towers: each loss term against an independent formula, heads really dropped at test time,
-no gradient into the frozen features, the variants' wiring, and the config's clear errors."""
+"""Three Towers: each loss term against an independent formula (heads on the L2-normalised towers, Eq. 4,
+leave-one-out as half the sum of the two remaining terms), heads really dropped at test time, no gradient into
+the frozen features, and the variants' wiring."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.methods import three_towers as tt
-from lib.core.config import ConfigError, LossConfig
+from lib.core.config import LossConfig, TrainSettings
 
 VOCAB, CONTEXT, THIRD, EMBED = 50, 8, 24, 16
 IMAGE = tt.ImageTowerConfig(kind="convnet", widths=(8, 16), image_size=16)
@@ -46,9 +47,10 @@ def infonce(a, b, scale):
 
 
 def raw_outputs(method, b):
+    """f(I) and g(T) L2-normalised (paper §2), h(I) = linear(p(I)) as it is."""
     with torch.no_grad():
-        f = method.f(tt.normalise_pixels(b["pixels"])) if hasattr(method, "f") else None
-        g = method.g(b["input_ids"], b["attention_mask"])
+        f = F.normalize(method.f(tt.normalise_pixels(b["pixels"])), dim=-1) if hasattr(method, "f") else None
+        g = F.normalize(method.g(b["input_ids"], b["attention_mask"]), dim=-1)
         h = method.h(b["third"]) if hasattr(method, "h") else None
     return f, g, h
 
@@ -73,15 +75,37 @@ def test_loss_weight_scales_only_the_third_tower_terms():
         assert torch.allclose(method.loss(b), (terms["fg"] + 2.5 * (terms["fh"] + terms["gh"])) / 3, atol=1e-5)
 
 
+def test_heads_act_on_the_normalised_towers():
+    """Paper §3: f_h(I) = NL(f(I)) with ||f(I)|| = 1 (§2). Scaling the raw output of f or g (their last linear
+    layer, weights and bias) changes nothing; a head on the raw output would see the scale (its bias)."""
+    b = batch()
+    method = build().eval()
+    with torch.no_grad():
+        before = {k: v.clone() for k, v in method.term_losses(b).items()}
+        for tower in (method.f.proj, method.g.proj):
+            tower.weight.mul_(7.0)
+            tower.bias.mul_(7.0)
+        after = method.term_losses(b)
+        raw = method.f(tt.normalise_pixels(b["pixels"]))  # f(I) before normalisation
+    for name in before:
+        assert torch.allclose(before[name], after[name], atol=1e-5), name
+    with torch.no_grad():  # ... and the head's input has unit norm
+        f = method.tower_f(b["pixels"])
+        assert torch.allclose(f.norm(dim=-1), torch.ones(len(f)), atol=1e-5)
+        assert not torch.allclose(method.f_h(raw), method.f_h(f), atol=1e-3)  # the raw output would differ
+
+
 @pytest.mark.parametrize("dropped", tt.TERMS)
-def test_leave_one_out_drops_exactly_one_term(dropped):
+def test_leave_one_out_averages_the_two_remaining_terms(dropped):
+    """App. A.11: 'No L_f<->g': 1/2 (L_fh<->hf + L_gh<->hg), and likewise for the other two terms."""
     b = batch()
     full = {k: v.detach() for k, v in build().eval().term_losses(b).items()}
     kept = [t for t in tt.TERMS if t != dropped]
     method = build(terms=kept).eval()
     with torch.no_grad():
         assert set(method.term_losses(b)) == set(kept)
-        assert torch.allclose(method.loss(b), sum(full[t] for t in kept) / 3, atol=1e-5)
+        assert torch.allclose(method.loss(b), (full[kept[0]] + full[kept[1]]) / 2, atol=1e-5)
+    assert method.formula().endswith("/ 2")
 
 
 def test_baselines_are_single_infonce_terms():
@@ -200,8 +224,8 @@ def test_training_with_fit_lowers_the_loss():
 
     method = build()
     data = batch(n=32, seed=5)
-    result = train.fit(method, data, None, train.TrainConfig(steps=40, batch_size=32, lr=3e-3, warmup_steps=0,
-                                                             seed=0), progress=False)
+    result = train.fit(method, data, None, TrainSettings(steps=40, batch_size=32, lr=3e-3, warmup_steps=0),
+                       seed=0, progress=False)
     losses = [r["train_loss"] for r in result.history]
     assert losses[-1] < 0.5 * losses[0]
 
@@ -212,14 +236,29 @@ def test_pixels_are_uint8_rgb_on_white(emoji_images):
     assert (out[:, :, 0, 0] == 255).all()  # the transparent corner is the white page
 
 
-def test_config_small_loads_and_bad_values_are_named():
-    cfg = tt.load_config("small")
-    assert cfg.seeds and cfg.text_tower.context > 0
-    with pytest.raises(ConfigError, match="alphas"):
-        tt.load_config("small", {"alphas": [0.5, 1.5]})
-    with pytest.raises(ConfigError, match="variant|kind"):
-        tt.load_config("small", {"image_tower": {"kind": "resnet"}})
-    with pytest.raises(ConfigError, match="divisible"):
-        tt.load_config("small", {"text_tower": {"kind": "transformer", "width": 10, "heads": 4}})
+def test_unknown_variants_terms_and_weights_are_errors():
     with pytest.raises(ValueError, match="variant"):
         build("clip")
+    with pytest.raises(ValueError, match="subset"):
+        build(terms=["fg", "fx"])
+    with pytest.raises(ValueError, match="subset"):
+        build(terms=[])
+    with pytest.raises(ValueError, match="weight"):
+        build(weight=-1.0)
+
+
+def test_formula_and_parameter_counts_describe_the_built_model():
+    method = build()
+    assert method.formula() == "L = (L(f↔g) + L(f_h↔h_f) + L(g_h↔h_g)) / 3"
+    assert build(weight=2.0).formula() == "L = (L(f↔g) + 2·L(f_h↔h_f) + 2·L(g_h↔h_g)) / 3"
+    assert build("lit").formula() == "L = L(h↔g)"
+    counts = method.parameter_counts()
+    assert set(counts) == {"f", "g", "h", "f_h", "g_h", "h_f", "h_g", "criterion"}
+    assert counts["h"] == (THIRD * EMBED + EMBED, 0) and counts["f_h"] == (EMBED * EMBED + EMBED, 0)
+    assert counts["criterion"] == (1, 0)  # the one shared, learned temperature
+
+
+def test_the_flame_chapter_names_stay_importable():
+    from lib.methods.three_towers import (  # noqa: F401
+        TextTowerConfig, ThreeTowers, embed_in_batches, load_tokenizer, retrieval, tokenize, zero_shot,
+    )

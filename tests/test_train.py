@@ -12,7 +12,8 @@ from transformers import get_cosine_schedule_with_warmup
 
 from lib.nn.heads import LinearHead, ShareLockHead
 from lib.nn.losses import ClipLoss
-from lib.core.train import TrainConfig, TrainResult, cosine_with_warmup, fit, seed_everything
+from lib.core.config import TrainSettings
+from lib.core.train import TrainResult, cosine_with_warmup, fit, seed_everything
 
 
 
@@ -118,7 +119,7 @@ def test_loss_decreases_on_learnable_toy_problem():
     with torch.no_grad():
         method.eval()
         initial_val = float(method.loss(val))
-    cfg = TrainConfig(steps=120, batch_size=64, lr=1e-2, warmup_steps=10, eval_every=40)
+    cfg = TrainSettings(steps=120, batch_size=64, lr=1e-2, warmup_steps=10, eval_every=40)
     result = fit(method, train, val, cfg, progress=False)
     assert isinstance(result, TrainResult)
     assert result.steps_run == 120 and len(result.history) == 120
@@ -136,9 +137,8 @@ def test_loss_decreases_on_learnable_toy_problem():
 def _run(seed, steps=30):
     seed_everything(seed)
     method = PairMethod(ShareLockHead(16, 8, hidden_dim=32, num_layers=3, dropout=0.2))
-    cfg = TrainConfig(steps=steps, batch_size=32, micro_batch_size=16, lr=3e-3, warmup_steps=5,
-                      eval_every=10, seed=seed)
-    result = fit(method, toy_pairs(200, seed=1), toy_pairs(64, seed=2), cfg, progress=False)
+    cfg = TrainSettings(steps=steps, batch_size=32, micro_batch_size=16, lr=3e-3, warmup_steps=5, eval_every=10)
+    result = fit(method, toy_pairs(200, seed=1), toy_pairs(64, seed=2), cfg, seed=seed, progress=False)
     return result, params_of(method)
 
 
@@ -155,7 +155,7 @@ def test_same_seed_is_bit_identical_and_different_seed_differs():
 def test_warmup_cosine_lr_equals_closed_form_and_hf_scheduler():
     steps, warmup, base = 40, 7, 0.01
     seed_everything(0)
-    cfg = TrainConfig(steps=steps, batch_size=16, lr=base, warmup_steps=warmup, eval_every=100)
+    cfg = TrainSettings(steps=steps, batch_size=16, lr=base, warmup_steps=warmup, eval_every=100)
     result = fit(RegressionMethod(), {"x": torch.randn(64, 6).double(), "y": torch.randn(64, 3).double()},
                  None, cfg, progress=False)
     lrs = [h["lr"] for h in result.history]
@@ -190,7 +190,7 @@ def test_grad_clip_bounds_the_step_gradient(clip, step_grads):
 
     seed_everything(0)
     data = {"x": torch.randn(64, 6).double(), "y": torch.randn(64, 3).double()}
-    cfg = TrainConfig(steps=10, batch_size=32, grad_clip=clip, warmup_steps=0, eval_every=100)
+    cfg = TrainSettings(steps=10, batch_size=32, grad_clip=clip, warmup_steps=0, eval_every=100)
     result = fit(Big(), data, None, cfg, progress=False)
     pre = [h["grad_norm"] for h in result.history]
     post = [float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in gs]))) for gs in step_grads]
@@ -209,8 +209,8 @@ def test_micro_batch_equal_to_batch_is_no_accumulation():
     for micro in (None, 32):
         seed_everything(3)
         method = PairMethod(ShareLockHead(16, 8, hidden_dim=32, num_layers=2))
-        cfg = TrainConfig(steps=15, batch_size=32, micro_batch_size=micro, eval_every=5, seed=3)
-        res = fit(method, toy_pairs(100, seed=1), toy_pairs(40, seed=2), cfg, progress=False)
+        cfg = TrainSettings(steps=15, batch_size=32, micro_batch_size=micro, eval_every=5)
+        res = fit(method, toy_pairs(100, seed=1), toy_pairs(40, seed=2), cfg, seed=3, progress=False)
         results.append((res, params_of(method)))
     (r1, p1), (r2, p2) = results
     assert r1.history == r2.history
@@ -227,7 +227,7 @@ def test_accumulation_gives_full_batch_gradient_for_mean_loss(micro, step_grads)
         step_grads.clear()
         seed_everything(0)
         method = RegressionMethod()
-        cfg = TrainConfig(steps=6, batch_size=64, micro_batch_size=m, grad_clip=None, eval_every=100)
+        cfg = TrainSettings(steps=6, batch_size=64, micro_batch_size=m, grad_clip=None, eval_every=100)
         res = fit(method, data, None, cfg, progress=False)
         runs.append(([list(gs) for gs in step_grads], res, params_of(method)))
     (g_full, r_full, p_full), (g_acc, r_acc, p_acc) = runs
@@ -250,7 +250,7 @@ def test_accumulated_gradient_equals_hand_computed_full_data_gradient(step_grads
     ref = RegressionMethod()
     ref.load_state_dict(method.state_dict())
     ref.loss(data).backward()  # the gradient of the mean over all 48 rows, at the initial weights
-    result = fit(method, data, None, TrainConfig(steps=1, batch_size=64, micro_batch_size=20, grad_clip=None),
+    result = fit(method, data, None, TrainSettings(steps=1, batch_size=64, micro_batch_size=20, grad_clip=None),
                  progress=False)
     assert result.batch_size == 48 and result.negatives_per_loss == 19
     for got, want in zip(step_grads[0], [ref.lin.weight.grad, ref.lin.bias.grad]):
@@ -262,7 +262,7 @@ def test_early_stopping_restores_best_weights():
     train = {"x": 1.0 + 0.01 * torch.randn(64, 4)}  # pulls w from 0 towards 1 ...
     val = {"x": torch.full((8, 4), 0.3)}  # ... past the validation optimum at 0.3
     method = PullMethod()
-    cfg = TrainConfig(steps=300, batch_size=16, lr=0.02, warmup_steps=0, grad_clip=None, weight_decay=0.0,
+    cfg = TrainSettings(steps=300, batch_size=16, lr=0.02, warmup_steps=0, grad_clip=None, weight_decay=0.0,
                       eval_every=2, patience=3)
     result = fit(method, train, val, cfg, progress=False)
     vals = [(h["step"], h["val_loss"]) for h in result.history if h["val_loss"] is not None]
@@ -286,7 +286,7 @@ def test_min_delta_counts_small_improvements_as_none():
     train = {"x": torch.ones(64, 4)}
     val = {"x": torch.full((8, 4), 5.0)}  # always improving, by less than min_delta
     method = PullMethod()
-    cfg = TrainConfig(steps=300, batch_size=16, lr=0.01, warmup_steps=0, eval_every=5, patience=2,
+    cfg = TrainSettings(steps=300, batch_size=16, lr=0.01, warmup_steps=0, eval_every=5, patience=2,
                       min_delta=100.0, grad_clip=None)
     result = fit(method, train, val, cfg, progress=False)
     vals = [h["val_loss"] for h in result.history if h["val_loss"] is not None]
@@ -298,7 +298,7 @@ def test_min_delta_counts_small_improvements_as_none():
 def test_batches_are_epoch_permutations_dropping_the_last_incomplete_batch():
     data = {"x": torch.randn(50, 1), "idx": torch.arange(50)}
     method = RecordingMethod()
-    result = fit(method, data, None, TrainConfig(steps=9, batch_size=16, eval_every=100), progress=False)
+    result = fit(method, data, None, TrainSettings(steps=9, batch_size=16, eval_every=100), progress=False)
     assert [len(b) for b in method.seen] == [16] * 9
     for epoch in range(3):  # 3 batches per epoch; 2 rows left out each epoch
         rows = sum(method.seen[3 * epoch : 3 * epoch + 3], [])
@@ -308,12 +308,12 @@ def test_batches_are_epoch_permutations_dropping_the_last_incomplete_batch():
 
     small = RecordingMethod()
     result = fit(small, {"x": torch.randn(10, 1), "idx": torch.arange(10)}, None,
-                 TrainConfig(steps=3, batch_size=16, eval_every=100), progress=False)
+                 TrainSettings(steps=3, batch_size=16, eval_every=100), progress=False)
     assert all(sorted(b) == list(range(10)) for b in small.seen)
     assert result.batch_size == 10 and result.negatives_per_loss == 9
 
     micro = RecordingMethod()
-    result = fit(micro, data, None, TrainConfig(steps=2, batch_size=16, micro_batch_size=4, eval_every=100),
+    result = fit(micro, data, None, TrainSettings(steps=2, batch_size=16, micro_batch_size=4, eval_every=100),
                  progress=False)
     assert [len(b) for b in micro.seen] == [4] * 8
     assert len(set(sum(micro.seen[:4], []))) == 16  # the 4 micro-batches partition one batch
@@ -322,7 +322,7 @@ def test_batches_are_epoch_permutations_dropping_the_last_incomplete_batch():
 
 def test_history_frame_and_validation_schedule():
     seed_everything(0)
-    cfg = TrainConfig(steps=25, batch_size=32, eval_every=10)
+    cfg = TrainSettings(steps=25, batch_size=32, eval_every=10)
     result = fit(PairMethod(LinearHead(16, 8)), toy_pairs(100, 1), toy_pairs(40, 2), cfg, progress=False)
     frame = result.history_frame()
     assert list(frame.columns) == ["step", "lr", "train_loss", "grad_norm", "val_loss"]
@@ -334,20 +334,20 @@ def test_history_frame_and_validation_schedule():
 def test_progress_bar_silent_under_ci(monkeypatch, capsys):
     data = {"x": torch.randn(20, 1), "idx": torch.arange(20)}
     monkeypatch.setenv("CI", "true")
-    fit(RecordingMethod(), data, None, TrainConfig(steps=3, batch_size=8), progress=None)
+    fit(RecordingMethod(), data, None, TrainSettings(steps=3, batch_size=8), progress=None)
     assert capsys.readouterr().err == ""
     monkeypatch.delenv("CI")
-    fit(RecordingMethod(), data, None, TrainConfig(steps=3, batch_size=8), progress=None)
+    fit(RecordingMethod(), data, None, TrainSettings(steps=3, batch_size=8), progress=None)
     assert "3/3" in capsys.readouterr().err
 
 
 def test_config_and_input_validation():
     with pytest.raises(ValueError, match="optimizer"):
-        TrainConfig(optimizer="sgd")
+        TrainSettings(optimizer="sgd")
     with pytest.raises(ValueError, match="micro_batch_size"):
-        TrainConfig(batch_size=8, micro_batch_size=16)
+        TrainSettings(batch_size=8, micro_batch_size=16)
     with pytest.raises(ValueError, match="same number of rows"):
-        fit(RecordingMethod(), {"x": torch.randn(5, 1), "idx": torch.arange(4)}, None, TrainConfig(steps=1),
+        fit(RecordingMethod(), {"x": torch.randn(5, 1), "idx": torch.arange(4)}, None, TrainSettings(steps=1),
             progress=False)
 
     class Vector(RecordingMethod):
@@ -355,11 +355,11 @@ def test_config_and_input_validation():
             return self.lin(batch["x"]).squeeze(-1)
 
     with pytest.raises(ValueError, match="scalar"):
-        fit(Vector(), {"x": torch.randn(5, 1)}, None, TrainConfig(steps=1), progress=False)
+        fit(Vector(), {"x": torch.randn(5, 1)}, None, TrainSettings(steps=1), progress=False)
 
 
 def test_betas_reach_the_optimiser_and_bad_values_are_refused():
-    config = TrainConfig(steps=1, batch_size=8, betas=[0.9, 0.95])  # a YAML list becomes a tuple
+    config = TrainSettings(steps=1, batch_size=8, betas=[0.9, 0.95])  # a YAML list becomes a tuple
     assert config.betas == (0.9, 0.95)
     torch.manual_seed(0)
     method = PairMethod(LinearHead(16, 8))
@@ -375,12 +375,12 @@ def test_betas_reach_the_optimiser_and_bad_values_are_refused():
         fit(method, toy_pairs(32, seed=1), None, config, progress=False)
     assert seen["betas"] == (0.9, 0.95)
     with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\)"):
-        TrainConfig(betas=(0.9, 1.0))
+        TrainSettings(betas=(0.9, 1.0))
 
 
 def test_bf16_precision_runs_the_loss_under_autocast_and_tracks_fp32():
     with pytest.raises(ValueError, match="precision must be 'fp32' or 'bf16'"):
-        TrainConfig(precision="fp16")
+        TrainSettings(precision="fp16")
     dtypes = []
     runs = {}
     for precision in ("fp32", "bf16"):
@@ -388,7 +388,7 @@ def test_bf16_precision_runs_the_loss_under_autocast_and_tracks_fp32():
         method = PairMethod(LinearHead(16, 8))
         if precision == "bf16":
             method.head.proj.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
-        result = fit(method, toy_pairs(64, seed=1), None, TrainConfig(steps=20, batch_size=16, warmup_steps=0,
+        result = fit(method, toy_pairs(64, seed=1), None, TrainSettings(steps=20, batch_size=16, warmup_steps=0,
                                                                      precision=precision), progress=False)
         runs[precision] = [r["train_loss"] for r in result.history]
         assert all(p.dtype == torch.float32 for p in method.parameters())  # weights stay fp32

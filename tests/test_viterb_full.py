@@ -1,8 +1,8 @@
-"""ViTeRB full-config image loaders (lib.chapters.viterb.load_benchmark for awa2 / cub / fgvc-aircraft / imagenet-plus),
-run on tiny synthetic copies of each dataset in its released layout.
+"""ViTeRB full-config image loaders (lib.data.full_sets for awa2 / cub / fgvc-aircraft / imagenet-plus), run on
+tiny synthetic copies of each dataset in its released layout, and ImageNet+'s reference texts (WordNet glosses).
 
-Why synthetic: the real datasets are tens of GB and not on these machines (DESIGN.md §4: "tests exercise it on
-local files"). The copies use the real manifests (class lists, splits, layout, image settings), so the splits
+Why synthetic: the real datasets are tens of GB and not on these machines, so the loaders are exercised on
+local files. The copies use the real manifests (class lists, splits, layout, image settings), so the splits
 checked here are the ones a full run uses; only the pixels (8×8 images) and the FGVC-Aircraft family names (not
 shipped: read from the dataset's families.txt) are made up. The copies are found through the manifests'
 ``<NAME>_DIR`` override (lib.data.manifests.location).
@@ -17,8 +17,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from lib.chapters import viterb
-from lib.data import manifests, wordnet
+from lib.data import class_splits, class_texts, full_sets, manifests, wordnet
 from lib.data.manifests import DatasetMissingError
 from lib.core.paths import REPO_ROOT
 
@@ -137,13 +136,10 @@ def imagenet_plus(tmp_path, monkeypatch):
     return root, popular[:500], popular[500:] + rare
 
 
-CFG = None  # load_benchmark's cfg only sizes the small config; the full config's sizes are in the manifests
-
-
 # ------------------------------------------------------------------------------------ the loaders
 def test_awa2_loader(awa2):
     manifest = manifests.load("awa2")
-    bench = viterb.load_benchmark("awa2", CFG)
+    bench = full_sets.load_full("awa2")
     unseen = manifest["splits"]["unseen"]
     _check_shape(bench, "awa2", [c for c in manifest["classes"] if c not in unseen], unseen)
     assert len(bench.classes("seen")) == 40 and len(bench.classes("unseen")) == 10
@@ -158,14 +154,14 @@ def test_awa2_loader(awa2):
         expected = np.asarray(Image.open(awa2 / ids[i]))
         assert isinstance(bench.image_sources[0].load_image(i), Image.Image)
         assert np.array_equal(_decoded(bench, i), expected)
-    again = viterb.load_benchmark("awa2", CFG)  # deterministic: same rows, labels, roles
+    again = full_sets.load_full("awa2")  # deterministic: same rows, labels, roles
     assert again.image_sources[0].ids == ids and again.image_role == bench.image_role
     assert again.image_labels == bench.image_labels
 
 
 def test_cub_loader(cub):
     unseen = manifests.load("cub")["splits"]["unseen"]
-    bench = viterb.load_benchmark("cub", CFG)
+    bench = full_sets.load_full("cub")
     _check_shape(bench, "cub", CUB_SEEN, unseen)
     assert bench.class_keys == tuple(sorted(CUB_SEEN + unseen))  # classes.txt order
     assert bench.class_names[0] == "Black footed Albatross"
@@ -175,12 +171,12 @@ def test_cub_loader(cub):
     assert all(i.split("/")[1] == bench.class_keys[label] for i, label in zip(ids, bench.image_labels))
     i = bench.images("test")[0]
     assert np.array_equal(_decoded(bench, i), np.asarray(Image.open(cub / ids[i])))
-    assert viterb.load_benchmark("cub", CFG).image_role == bench.image_role
+    assert full_sets.load_full("cub").image_role == bench.image_role
 
 
 def test_aircraft_loader(aircraft):
-    bench = viterb.load_benchmark("fgvc-aircraft", CFG)
-    split = viterb.seeded_class_split(FAMILIES, 20, 0)  # the manifest's rule: seed 0, 20 unseen families
+    bench = full_sets.load_full("fgvc-aircraft")
+    split = class_splits.seeded_class_split(FAMILIES, 20, 0)  # the manifest's rule: seed 0, 20 unseen families
     _check_shape(bench, "fgvc-aircraft", split["seen"], split["unseen"])
     assert (len(bench.classes("seen")), len(bench.classes("unseen"))) == (50, 20)
     assert bench.class_keys == tuple(FAMILIES) and bench.class_names[1] == "Boeing 737"  # spaces kept
@@ -200,7 +196,7 @@ def test_aircraft_loader(aircraft):
 def test_imagenet_plus_loader(imagenet_plus):
     root, expected_unseen, _ = imagenet_plus
     in1k = manifests.load("imagenet-1k")
-    bench = viterb.load_benchmark("imagenet-plus", CFG)
+    bench = full_sets.load_full("imagenet-plus")
     _check_shape(bench, "imagenet-plus", in1k["class_dirs"], expected_unseen)
     assert len(bench.classes("unseen")) == manifests.load("imagenet-plus")["splits"]["n_unseen"] == 500
     assert bench.class_names[:2] == tuple(in1k["classes"][:2])
@@ -213,15 +209,30 @@ def test_imagenet_plus_loader(imagenet_plus):
     assert ids[0] == f"seen/{in1k['class_dirs'][0]}/{in1k['class_dirs'][0]}_0.JPEG"
 
 
+def test_imagenet_plus_reference_texts_are_wordnet_glosses(imagenet_plus):
+    """The manifest promises WordNet glosses for ImageNet+ (its classes are WordNet 3.0 noun synsets): every
+    seen and unseen class gets "<name>: <gloss of its wnid>", one text per class, keyed as WordNet."""
+    bench = full_sets.load_full("imagenet-plus")
+    found = class_texts.class_texts(bench, "reference")
+    assert found.per_class() == [1] * len(bench.class_keys) == [1] * 1500
+    assert found.source["wordnet"].startswith("3.0") and found.source["by"] == "wnid"
+    for index in (0, bench.classes("unseen")[0], len(bench.class_keys) - 1):
+        wnid, name = bench.class_keys[index], bench.class_names[index]
+        assert found.texts[index] == f"{name}: {wordnet.synset_at(int(wnid[1:])).gloss}"
+    tench = found.texts[bench.class_keys.index("n01440764")]
+    assert tench.startswith(f"{bench.class_names[0]}: ") and "freshwater" in tench  # IN-1k class 0, the tench
+    assert "lib.data.class_texts" in manifests.load("imagenet-plus")["reference_text"]
+
+
 def test_caps_and_val_fraction_come_from_the_manifest(awa2, manifest_dir):
     content = yaml.safe_load((REPO_ROOT / "data_manifests" / "awa2.yaml").read_text())  # the real one, edited
     content["images"] = {"val_fraction": 0.5, "seed": 0, "seen_per_class": 2, "unseen_per_class": 1}
     manifest_dir("awa2", content)
-    bench = viterb.load_benchmark("awa2", CFG)
+    bench = full_sets.load_full("awa2")
     assert len(bench.images("test")) == 10 and len(bench.images("train")) == len(bench.images("val")) == 40
     content["images"]["seed"] = 1  # the caps' samples are seeded: another seed, other images (same counts)
     manifest_dir("awa2", content)
-    other = viterb.load_benchmark("awa2", CFG)
+    other = full_sets.load_full("awa2")
     assert other.image_sources[0].ids != bench.image_sources[0].ids
     assert len(other.images("test")) == 10
 
@@ -231,7 +242,7 @@ def test_caps_and_val_fraction_come_from_the_manifest(awa2, manifest_dir):
 def test_missing_dataset_says_where_to_get_and_put_it(dataset, tmp_path, monkeypatch):
     monkeypatch.setenv(f"{dataset.upper().replace('-', '_')}_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(DatasetMissingError) as info:
-        viterb.load_benchmark(dataset, CFG)
+        full_sets.load_full(dataset)
     message = str(info.value)
     assert "is missing. Get it:" in message and f"Put it in {tmp_path / 'nowhere'}" in message
     assert " ".join(manifests.load(dataset)["obtain"].split()) in message
@@ -240,10 +251,10 @@ def test_missing_dataset_says_where_to_get_and_put_it(dataset, tmp_path, monkeyp
 def test_absent_and_empty_class_folders_are_named(awa2):
     shutil.rmtree(awa2 / "sheep")
     with pytest.raises(DatasetMissingError, match=r"class 'sheep' \(unseen.*has no folder .*sheep"):
-        viterb.load_benchmark("awa2", CFG)
+        full_sets.load_full("awa2")
     (awa2 / "sheep").mkdir()
     with pytest.raises(DatasetMissingError, match=r"class folder .*sheep \(class 'sheep', unseen\) holds no images"):
-        viterb.load_benchmark("awa2", CFG)
+        full_sets.load_full("awa2")
 
 
 def test_cub_class_absent_from_classes_txt(cub):
@@ -251,7 +262,7 @@ def test_cub_class_absent_from_classes_txt(cub):
     lines = [line for line in (cub / "classes.txt").read_text().splitlines() if gone not in line]
     (cub / "classes.txt").write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetMissingError, match=rf"class '{gone}' \(unseen.*classes.txt.*images/{gone}"):
-        viterb.load_benchmark("cub", CFG)
+        full_sets.load_full("cub")
 
 
 def test_cub_missing_listed_image_and_empty_folder(cub):
@@ -259,10 +270,10 @@ def test_cub_missing_listed_image_and_empty_folder(cub):
     for path in (cub / "images" / victim).iterdir():
         path.unlink()
     with pytest.raises(DatasetMissingError, match=rf"class folder .*{victim} .*holds no images"):
-        viterb.load_benchmark("cub", CFG)
+        full_sets.load_full("cub")
     _image(cub / "images" / victim / "other.jpg", 1)  # a stray file does not replace the listed ones
     with pytest.raises(DatasetMissingError, match=r"3 of the \d+ images listed in .*images.txt are missing"):
-        viterb.load_benchmark("cub", CFG)
+        full_sets.load_full("cub")
 
 
 def test_aircraft_family_without_images(aircraft):
@@ -270,7 +281,7 @@ def test_aircraft_family_without_images(aircraft):
         path = aircraft / f"images_family_{part}.txt"
         path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if not line.endswith("Cessna 172")))
     with pytest.raises(DatasetMissingError, match=r"family 'Cessna 172' \((un)?seen\) .*has no image"):
-        viterb.load_benchmark("fgvc-aircraft", CFG)
+        full_sets.load_full("fgvc-aircraft")
 
 
 def test_imagenet_plus_missing_seen_synset_and_too_few_unseen(imagenet_plus):
@@ -278,8 +289,8 @@ def test_imagenet_plus_missing_seen_synset_and_too_few_unseen(imagenet_plus):
     for wnid in [unseen[0], *spare]:
         shutil.rmtree(root / "unseen" / wnid)
     with pytest.raises(DatasetMissingError, match="only 499 non-empty synset folders .* 500 needed"):
-        viterb.load_benchmark("imagenet-plus", CFG)
+        full_sets.load_full("imagenet-plus")
     wnid = manifests.load("imagenet-1k")["class_dirs"][3]
     shutil.move(root / "seen" / wnid, root / "unseen" / unseen[0])  # back to 500 candidates; one IN-1k folder gone
     with pytest.raises(DatasetMissingError, match=rf"class '{wnid}' \(seen.*has no folder .*seen/{wnid}"):
-        viterb.load_benchmark("imagenet-plus", CFG)
+        full_sets.load_full("imagenet-plus")

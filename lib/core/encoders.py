@@ -99,8 +99,12 @@ class TextEncoder:
             # position; right padding keeps real tokens at positions 0..n-1. Rotary decoders do not care.
             self.tokenizer.padding_side = "right"
         self.model = AutoModel.from_pretrained(self.resolved.load_path, dtype=DTYPES[dtype], revision=revision)
+        if getattr(self.model.config, "is_encoder_decoder", False):
+            # T5, Flan-UL2, Sentence-T5: the text representation is the encoder's; its decoder needs targets.
+            self.model = self.model.get_encoder()
         self.model.eval().requires_grad_(False).to(device)
-        self.dim = int(self.model.config.hidden_size)
+        config = self.model.config
+        self.dim = int(getattr(config, "hidden_size", None) or getattr(config, "d_model"))
         depth = int(getattr(self.model.config, "num_hidden_layers", 0))
         if not (layer == -1 or 0 <= layer <= depth):
             raise ValueError(f"layer {layer} does not exist in {name} (use -1 or 0..{depth})")
@@ -163,7 +167,7 @@ class VisionEncoder:
     Preprocessing is resolved from the model (``timm.data.resolve_model_data_config`` +
     ``create_transform(is_training=False)``; the HF image processor's mean/std) and only the input
     size and crop fraction may be overridden — small emoji do not need 224 px. Never a training
-    augmentation at inference (ShareLock's ``encode_image`` applies one; see DESIGN.md §2).
+    augmentation at inference (ShareLock's official ``encode_image`` applies its training augmentation).
 
     ``backend="onnx"`` runs the same network through ONNX Runtime on CPU (``lib.core.onnx_vision``; how much
     faster is measured by ``bench/vision_features.py``, see book/performance.md). Its features agree

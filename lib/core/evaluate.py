@@ -23,6 +23,9 @@ __all__ = [
     "mean_per_class_recall",
     "classification_metrics",
     "retrieval_metrics",
+    "prompt_texts",
+    "zero_shot",
+    "retrieval",
 ]
 
 
@@ -192,3 +195,37 @@ def retrieval_metrics(
     for k in ks:
         out[f"text_retrieval_recall@{k}"] = float(hits_i2t[:, : min(k, n_txt)].any(dim=1).float().mean())
     return out
+
+
+def prompt_texts(labelled) -> list[str]:
+    """Class-major prompt texts of a zero-shot set (every template of class 0, then class 1, ...): the
+    order :func:`zero_shot_classifier` asks for, and the rows of a set's cached prompt features."""
+    return [t.replace("{c}", c) for c in labelled.classnames for t in labelled.templates]
+
+
+@torch.no_grad()
+def zero_shot(method, image_features: torch.Tensor, prompt_features: torch.Tensor, labelled) -> dict[str, float]:
+    """acc@1, acc@5 and mean per-class recall of a trained ``method`` on one labelled set, on cached features.
+
+    ``method`` is any module with ``embed_image(features)`` and ``embed_text(features)`` (ShareLock, FLAME,
+    a linear head, ...); ``prompt_features`` are the frozen text features of :func:`prompt_texts`
+    (class-major); ``labelled`` has ``classnames``, ``templates`` and ``labels``. Prototypes follow CLIP's
+    prompt ensembling (:func:`zero_shot_classifier`). See notebooks/sharelock.py, section "Zero-shot evaluation".
+    """
+    method.eval()
+    texts = prompt_texts(labelled)
+    if len(prompt_features) != len(texts):
+        raise ValueError(f"{len(prompt_features)} prompt features for the {len(texts)} prompts of "
+                         f"{getattr(labelled, 'name', 'this set')}: compute them from prompt_texts(labelled)")
+    row = {text: i for i, text in enumerate(texts)}
+    classifier = zero_shot_classifier(lambda batch: method.embed_text(prompt_features[[row[t] for t in batch]]),
+                                      labelled.classnames, labelled.templates)
+    return classification_metrics(method.embed_image(image_features), classifier, torch.as_tensor(labelled.labels))
+
+
+@torch.no_grad()
+def retrieval(method, image_features: torch.Tensor, caption_features: torch.Tensor) -> dict[str, float]:
+    """Image <-> caption R@1/5/10 of a trained ``method`` with one caption per image (row i pairs with row i)."""
+    method.eval()
+    return retrieval_metrics(method.embed_image(image_features), method.embed_text(caption_features),
+                             torch.arange(len(image_features)))

@@ -42,7 +42,7 @@ from lib.core import paths
 from lib.core.encoders import DTYPES, EncoderInputError
 from lib.core.models import resolve
 
-# The paper's prompt (§3.2; DESIGN.md §3). ``{caption}`` and ``{facet}`` are filled by plain string
+# The paper's prompt (§3.2). ``{caption}`` and ``{facet}`` are filled by plain string
 # replacement (a caption may contain braces).
 FLAME_TEMPLATE = (
     'Detailed image description: "{caption}". After thinking step by step, {facet} means in just one word:"'

@@ -19,8 +19,8 @@ Five kinds of features, one interface:
 
 Encoders are built once per ``(model config, device, backend)`` in an :class:`EncoderPool`; a fully
 cached run builds no text encoder at all (vision encoders are built to resolve their preprocessing,
-which is part of their key). See notebooks/sharelock.py, section "The frozen encoders and the
-frozen-feature pipeline", and book/design.md for the store's key, layout and guarantees.
+which is part of their key). See notebooks/sharelock.py, section
+"The frozen encoders and the frozen-feature pipeline", and book/design.md for the store's key.
 """
 from __future__ import annotations
 

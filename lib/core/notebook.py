@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["setup", "FIGURE_DPI", "OFFLINE_CONFIGS"]
+__all__ = ["setup", "glue", "percent_axis", "chance_line", "FIGURE_DPI", "OFFLINE_CONFIGS"]
 
 FIGURE_DPI = 150  # inline figures are rendered at this resolution (and twice it on high-density screens)
 OFFLINE_CONFIGS = ("small", "medium")
@@ -42,3 +42,35 @@ def setup(config: str) -> float:
     except ImportError:  # pragma: no cover  (plain Python: nothing is displayed inline)
         pass
     return time.time()
+
+
+def glue(name: str, value, *, markdown: bool = False) -> None:
+    """Make a value computed by this run available to the chapter's prose, never typed by hand.
+
+    ``markdown=True``: ``value`` is Markdown text, pasted with ``{glue:md}`name``` inline or a
+    ``{glue:md}`` directive as a block (the "Key findings" box). Outside Jupyter Book's myst-nb (a plain
+    Colab kernel) this is a no-op: the numbers are still printed by the cells that compute them.
+    """
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:  # pragma: no cover
+        return
+    if markdown:
+        from IPython.display import Markdown
+
+        value = Markdown(str(value))
+    _glue(name, value, display=False)
+
+
+def percent_axis(axis, which: str = "y", decimals: int = 0) -> None:
+    """Show fractions on ``axis`` as percentages (tables in the book use %)."""
+    from matplotlib.ticker import PercentFormatter
+
+    target = axis.yaxis if which == "y" else axis.xaxis
+    target.set_major_formatter(PercentFormatter(1.0, decimals=decimals))
+
+
+def chance_line(axis, level: float, *, vertical: bool = False, label: str = "chance", **style) -> None:
+    """Draw the chance level of one test set on one panel (every panel gets its own)."""
+    style = {"color": "black", "ls": ":", "lw": 1.2, **style}
+    (axis.axvline if vertical else axis.axhline)(level, label=label, **style)

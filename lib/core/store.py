@@ -1,7 +1,7 @@
 """The cached-feature store: frozen-model features computed once, re-read many times.
 
 Explained in notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline";
-decisions in DESIGN.md §2; running it on many processes in book/scale_out.md.
+its key, layout and guarantees in book/design.md; running it on many processes in book/scale_out.md.
 
 Every method in the book trains small heads on features of *frozen* models (LLM text features,
 DINOv2 image features). Encoding is by far the most expensive step (ShareLock: 80 GB of images
@@ -72,7 +72,7 @@ __all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures", "store_fi
 
 
 class FeatureStore:
-    """A directory of cache entries, one per spec (see the module docstring and DESIGN.md §2).
+    """A directory of cache entries, one per spec (see the module docstring and book/design.md).
 
     ``dtype`` is how new shards are stored (float16 halves disk and RAM; overflow is an error,
     never a silent inf). ``verify``: "once" checks a shard's sha256 the first time this process

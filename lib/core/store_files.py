@@ -1,10 +1,20 @@
 """The store's files: canonical keys, atomic writes, locks, checked sidecars and manifests, and the
-read side (:class:`CachedFeatures`, memory-mapped shards checked against their sha256).
+read side (:class:`CachedFeatures`, memory-mapped shards checked against their checksum).
 
 Why apart from ``lib.core.store``: these are the on-disk guarantees (write-then-rename, ``flock``,
 checksums) that :class:`lib.core.store.FeatureStore` builds on; each is small and tested by damaging
 files (tests/test_reliability_store.py). The layout and the reasons are in ``lib.core.store``'s
 docstring and book/design.md.
+
+Checksums: a sidecar names the algorithm of its checksum by its key: ``"xxh3_128"`` (what shards are
+written with; fast enough that verifying a shard costs a few per cent of reading it) or ``"sha256"``
+(stores written before; still read and verified with sha256). Keys, the manifest's own checksum and
+the ids hash stay sha256: they are identities (lib.core.checksums).
+
+Every piece of advice a message gives is one command that works as written from a shell:
+:func:`repair_command` (``python -m lib.core.store repair <entry>``, lib.core.store_repair). A store
+that cannot be written (read-only, disk full) is one :class:`StoreError` naming the store and the fix
+(:func:`_storage_error`); a cache hit on a read-only store never writes.
 """
 from __future__ import annotations
 
@@ -15,6 +25,8 @@ import json
 import math
 import os
 import secrets
+import shlex
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -23,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lib.core.checksums import file_sha256
+from lib.core.checksums import STORE_ALGORITHM, STORE_ALGORITHMS, buffer_digest, file_digest
 
 try:
     import fcntl
@@ -33,7 +45,7 @@ except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" i
 _DTYPES = ("float16", "float32")
 _VERIFY = ("always", "once", "never")
 _META = ("spec.json", "ids.json", "manifest.json")  # small files written under the entry lock
-_verified: set[tuple] = set()  # files whose sha256 this process has checked ("once" policy)
+_verified: set[tuple] = set()  # files whose checksum this process has checked ("once" policy)
 _verified_lock = threading.Lock()
 _no_flock_warned = False
 
@@ -93,26 +105,76 @@ def spec_key(spec: Mapping) -> str:
     return _sha(_canonical(spec))
 
 
+def _store_root(path: Path) -> Path:
+    """The store directory that ``path`` (an entry, or a file or lock inside one) belongs to."""
+    for p in (path, *path.parents):
+        if len(p.name) == 64 and p.parent.name == p.name[:2]:
+            return p.parents[1]
+    return path.parent
+
+
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _storage_error(e: OSError, path: Path) -> StoreError | None:
+    """One StoreError naming the store and the fix if ``e`` means it cannot be written; else None."""
+    if e.errno not in _READ_ONLY + _FULL:
+        return None
+    root = _store_root(path)
+    q, elsewhere = shlex.quote(os.path.abspath(root)), ("or give the store a writable directory "
+                                                        "(FeatureStore(<dir>), or LIB_CACHE_DIR=<dir> for the book's")
+    if e.errno in _FULL:
+        return StoreError(f"the disk holding the feature store {root} is full ({e.strerror} while writing {path}); "
+                          f"nothing was half-written and finished shards are kept: free space on it (`df -h {q}` "
+                          f"shows how much is left) {elsewhere.replace('writable', 'roomier')} default store), "
+                          "then rerun: only what is missing is computed")
+    fix = "copy it to a writable disk" if e.errno == errno.EROFS else f"make it writable (`chmod -R u+w {q}`)"
+    return StoreError(f"the feature store {root} is read-only ({e.strerror}: {path}): cache hits still read from "
+                      f"it, but this call has features to compute and store: {fix} {elsewhere} default store), "
+                      "then rerun")
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn a read-only or full store into one StoreError (see :func:`_storage_error`) for the block."""
+    try:
+        yield
+    except OSError as e:
+        error = _storage_error(e, path)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
 def _atomic_write(path: Path, data: bytes, kind: str) -> None:
     """Write-then-rename: readers see the old file or the whole new one, never a torn write.
 
     ``kind`` names the file in the test hook's events (``{kind}_partial``, ``before_{kind}_rename``, ...).
+    A read-only store or a full disk is one StoreError (:func:`_storage_error`); the temp file goes.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     view = memoryview(data)
     try:
-        with open(tmp, "wb") as f:
-            f.write(view[:len(view) // 2])
-            if _FAULT_HOOK is not None:
-                f.flush()
+        with _writing(path):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                _write_all(fd, view[:len(view) // 2])
                 _fault(f"{kind}_partial")
-            f.write(view[len(view) // 2:])
-            f.flush()
-            os.fsync(f.fileno())
-        _fault(f"before_{kind}_rename")
-        os.replace(tmp, path)
+                _write_all(fd, view[len(view) // 2:])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fault(f"before_{kind}_rename")
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     try:  # make the rename itself durable (directories cannot be opened on every platform)
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -135,8 +197,9 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
     if fcntl is None:
         yield True
         return
-    path.parent.mkdir(exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with _writing(path):
+        path.parent.mkdir(exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -156,6 +219,35 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
+def _lock_path(entry: Path, shard: int | None = None) -> Path:
+    return entry / "locks" / ("entry.lock" if shard is None else f"shard-{shard:05d}.lock")
+
+
+def _clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, idle_shards: bool = False) -> int:
+    """Delete crash leftovers, each only under the lock that its writer would hold; return how many.
+
+    ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
+    ids.json, manifest.json (caller holds the entry lock). ``idle_shards``: temp files of any shard
+    whose lock is free right now (a live writer holds its shard's lock, so its files stay).
+    """
+    prefixes = [f".shard-{shard:05d}."] if shard is not None else []
+    prefixes += [f".{name}." for name in _META] if meta else []
+    removed = 0
+    for tmp in sorted(entry.glob(".*.tmp")):
+        name = tmp.name
+        if not name.startswith(tuple(prefixes)):
+            if not (idle_shards and name.startswith(".shard-") and name[7:12].isdigit()):
+                continue
+            with _flock(_lock_path(entry, int(name[7:12])), blocking=False) as held:
+                if held:
+                    tmp.unlink(missing_ok=True)
+                    removed += 1
+            continue
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
@@ -164,8 +256,13 @@ def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
     return shape, dtype
 
 
+def repair_command(entry: Path) -> str:
+    """The shell command that repairs ``entry`` (lib.core.store_repair), with this interpreter and real path."""
+    return f"{shlex.quote(sys.executable)} -m lib.core.store repair {shlex.quote(os.path.abspath(entry))}"
+
+
 def _repair_hint(entry: Path) -> str:
-    return f"run FeatureStore({str(entry.parents[1])!r}).repair(spec) and rerun get_or_compute"
+    return f"run `{repair_command(entry)}`, then rerun"
 
 
 def _manifest_digest(manifest: dict) -> str:
@@ -180,9 +277,22 @@ def _check_sidecar(sc, s: int) -> None:
           and isinstance(sc.get("shape"), list) and len(sc["shape"]) == 2
           and all(isinstance(d, int) and d >= 0 for d in sc["shape"])
           and sc["shape"][0] == sc["rows"][1] - sc["rows"][0] and sc.get("dtype") in _DTYPES
-          and isinstance(sc.get("sha256"), str) and isinstance(sc.get("nbytes"), int))
+          and isinstance(sc.get("nbytes"), int)
+          and [isinstance(sc[a], str) for a in STORE_ALGORITHMS if a in sc] == [True])
     if not ok:
         raise ValueError(f"not a sidecar of shard {s}")
+
+
+def _checksum(sc: dict) -> tuple[str, str]:
+    """(algorithm, hex digest) of a checked sidecar: its one key among STORE_ALGORITHMS."""
+    algorithm = next(a for a in STORE_ALGORITHMS if a in sc)
+    return algorithm, sc[algorithm]
+
+
+def _sidecar(s: int, rows: list[int], shape: list[int], dtype: str, data: bytes) -> dict:
+    """The sidecar of shard ``s`` whose .npy file holds ``data``."""
+    return {"index": s, "rows": rows, "shape": shape, "dtype": dtype,
+            STORE_ALGORITHM: buffer_digest(data, STORE_ALGORITHM), "nbytes": len(data)}
 
 
 def _read_manifest(entry: Path) -> dict:
@@ -191,7 +301,7 @@ def _read_manifest(entry: Path) -> dict:
 
     def fail(problem: str):
         return StoreError(f"manifest of entry {key} ({path}) {problem}: {_repair_hint(entry)} (intact shards are "
-                          f"reused, not recomputed; deleting {path} does the same)")
+                          "reused, not recomputed)")
     try:
         manifest = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -248,7 +358,7 @@ class CachedFeatures:
         return f"CachedFeatures(key={self.key[:12]}..., rows={len(self)}, dim={self.dim}, dtype={self.dtype})"
 
     def shard_arrays(self) -> list[np.ndarray]:
-        """The shards as read-only ``np.memmap`` s, each checked against its sidecar first."""
+        """The shards as read-only ``np.memmap`` s, each checked against its sidecar (and checksum, per ``verify``)."""
         return [_open_shard(self.path, self.key, sc, self.verify) for sc in self.shards]
 
     def numpy(self, dtype=np.float32) -> np.ndarray:
@@ -264,29 +374,38 @@ class CachedFeatures:
 
 
 def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
-    """Check one shard (size always; sha256 per the verify policy; header shape) and memory-map it."""
+    """Check one shard (size always; checksum per the verify policy; header shape) and memory-map it.
+
+    The checksum is taken over the very mapping that is returned (no second read of the file, no copy).
+    """
     i = sc["index"]
     path = entry / f"shard-{i:05d}.npy"
+    algorithm, digest = _checksum(sc)
 
     def fail(problem: str):
-        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)} to recompute it "
-                          f"(or delete {path} and {path.with_suffix('.json')} and rerun get_or_compute)")
+        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)}; only the damaged "
+                          "shards are recomputed")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise fail("is missing") from None
     if st.st_size != sc["nbytes"]:
         raise fail(f"has {st.st_size} bytes, its sidecar says {sc['nbytes']} (truncated or overwritten)")
-    stamp = (str(path), sc["sha256"], st.st_ino, st.st_size, st.st_mtime_ns)
-    if verify == "always" or (verify == "once" and stamp not in _verified):
-        if file_sha256(path) != sc["sha256"]:
-            raise fail("fails its sha256 check")
-        with _verified_lock:
-            _verified.add(stamp)
+    stamp = (str(path), algorithm, digest, st.st_ino, st.st_size, st.st_mtime_ns)
+    check = verify == "always" or (verify == "once" and stamp not in _verified)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as e:
+        if check and file_digest(path, algorithm) != digest:
+            raise fail(f"fails its checksum ({algorithm})") from None
         raise fail(f"is not a readable .npy file ({e})") from None
+    if check:
+        mapped = getattr(arr, "_mmap", None)  # np.memmap's mapping: the whole file when the header is small
+        whole = mapped is not None and len(mapped) == st.st_size
+        if (buffer_digest(mapped, algorithm) if whole else file_digest(path, algorithm)) != digest:
+            raise fail(f"fails its checksum ({algorithm})")
+        with _verified_lock:
+            _verified.add(stamp)
     if list(arr.shape) != sc["shape"] or arr.dtype != np.dtype(sc["dtype"]):
         raise fail(f"holds {arr.dtype}{list(arr.shape)}, its sidecar says {sc['dtype']}{sc['shape']}")
     return arr

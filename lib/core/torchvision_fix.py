@@ -6,7 +6,7 @@ in its meta registrations with ``operator torchvision::nms does not exist``. The
 torchvision's *transforms* (through timm and open_clip), never its compiled detection ops, so it is
 enough to declare the two op schemas that torchvision registers fake kernels for. We do this only
 when the compiled extension really cannot load, and never touch ``site-packages``
-(DESIGN.md §5, "Python stack on CPU").
+.
 
 See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline".
 """

@@ -11,29 +11,35 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 from typing import Callable, Sequence
 
 from PIL import Image
 
 from lib.data import emoji, fashion_mnist, manifests
+from lib.data.images import BadImageError, open_image  # noqa: F401  (re-exported: the loaders' one image reader)
 from lib.data.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
+
+@dataclass(frozen=True)
+class DataConfig:
+    """What a chapter trains and tests on (validated by ``lib.core.config``): the emoji corpus or image-caption
+    ``pairs`` of a manifest, caption and prompt styles, extra zero-shot sets, and size limits."""
+
+    corpus: Literal["emoji", "pairs"]
+    captions: Literal["label", "label_tags", "long"] = "label_tags"
+    prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
+    train_style: Literal["google", "twitter"] = "google"
+    other_style: Literal["google", "twitter"] = "twitter"
+    pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)
+    zero_shot: tuple[str, ...] = ()  # extra zero-shot datasets by manifest name
+    zero_shot_per_class: int | None = None  # cap images per class (small config); None = all
+    limit: int | None = None  # keep only the first N training concepts/pairs (tests)
+
+
 
 SEEN_CLASSES = 381  # seen-concept ceiling: as many classes as the unseen test, drawn from training
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
-
-
-class BadImageError(ValueError):
-    """A file among the images that is not a readable image."""
-
-
-def open_image(path: Path) -> Image.Image:
-    try:
-        with Image.open(path) as handle:
-            handle.load()
-            return handle.copy()
-    except (OSError, SyntaxError, ValueError) as error:
-        raise BadImageError(f"{path} is not a readable image ({error}): remove it or replace it") from None
 
 
 @dataclass(frozen=True)
@@ -121,19 +127,38 @@ def _manifest_folder(name: str, marker: str) -> Path:
 
 
 def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
-    """Full config: ``<location>/<split>.jsonl`` with one ``{"image": path, "caption": text}`` per line."""
+    """Full config: ``<location>/<split>.jsonl`` with one ``{"image": path, "caption": text}`` per line.
+
+    Every line is checked where it enters: UTF-8 (a bad byte names the line), a JSON object, both fields
+    non-empty strings (a caption ``null`` would otherwise become the text "None" and be trained on).
+    """
     folder = _manifest_folder(name, f"{split}.jsonl")
+    path = folder / f"{split}.jsonl"
     rows = []
-    with open(folder / f"{split}.jsonl", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                    rows.append((str(row["image"]), str(row["caption"])))
-                except (json.JSONDecodeError, KeyError, TypeError) as error:
-                    raise manifests.DatasetMissingError(
-                        f"{folder / f'{split}.jsonl'} line {number} is not {{\"image\": ..., \"caption\": ...}} ({error})"
-                    ) from None
+
+    def bad(number: int, problem: str) -> manifests.DatasetMissingError:
+        return manifests.DatasetMissingError(f"{path} line {number}: {problem}; fix that line (each line must be "
+                                             f'{{"image": "<path>", "caption": "<text>"}}) or prepare the dataset again')
+
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise bad(number, f"is not UTF-8 ({error.reason} at byte {error.start})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise bad(number, f"is not JSON ({error.msg})") from None
+            if not isinstance(row, dict) or "image" not in row or "caption" not in row:
+                raise bad(number, "is not an object with \"image\" and \"caption\"")
+            for field_name in ("image", "caption"):
+                value = row[field_name]
+                if not isinstance(value, str) or not value.strip():
+                    raise bad(number, f"{field_name} is {value!r}, not a non-empty string")
+            rows.append((row["image"], row["caption"]))
             if limit and len(rows) >= limit:
                 break
     paths = [folder / image for image, _ in rows]

@@ -7,10 +7,14 @@ CLDR text: a label ("man rowing boat"), keywords, group and subgroup, in 28 loca
 
 Why families: "man rowing boat" and "woman rowing boat" are one concept drawn twice. If one were
 seen and the other unseen, the unseen score would measure memory, not transfer. Concepts are
-therefore grouped into families and whole families go to one split (DESIGN.md §5).
+therefore grouped into families and whole families go to one split.
 See ``notebooks/sharelock.py``, section "The data".
 
-``python -m lib.data.emoji --write-splits`` regenerates ``data_manifests/splits/emoji.json``.
+``python -m lib.data.emoji --write-splits`` regenerates ``data_manifests/splits/emoji.json``;
+``python -m lib.data.emoji --re-extract`` unpacks the corpus again from its checksummed tarballs. The
+unpacked folder carries ``contents.json`` (every file's size and sha256, written last); it is checked
+when the corpus is first opened in a process, so a damaged or partly deleted folder is found at once
+and named, with that command.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,9 +31,13 @@ from pathlib import Path
 
 from PIL import Image
 
-from lib.data import manifests
 from lib.core.atomic import building_dir, write_json
+from lib.core.checksums import file_sha256
 from lib.core.paths import REPO_ROOT, assets_dir
+from lib.data import manifests
+from lib.data.images import open_image
+
+REEXTRACT = "python -m lib.data.emoji --re-extract"
 
 STYLES = ("google", "twitter")
 LOCALES = ("en", "de", "fr", "es", "it", "ja", "zh", "ru", "pt", "nl", "pl", "ko")
@@ -56,8 +65,8 @@ class Concept:
     names: dict = field(hash=False, compare=False, default_factory=dict)  # locale -> label
 
     def image(self, style: str) -> Image.Image:
-        with Image.open(self.images[style]) as handle:
-            return handle.convert("RGBA")
+        return open_image(self.images[style], mode="RGBA",
+                          fix=f"the unpacked emoji corpus is damaged; run `{REEXTRACT}`")
 
 
 def _strip_fe0f(hexcode: str) -> str:
@@ -99,33 +108,61 @@ def _extract(target: Path) -> None:
                         (tmp / f"emoji-datasource-{style}.json").write_bytes(archive.extractfile(member).read())
                     elif member.name.startswith(prefix) and member.isfile():
                         (out / member.name[len(prefix):]).write_bytes(archive.extractfile(member).read())
+        contents = {str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
+                    for f in sorted(tmp.rglob("*")) if f.is_file()}
+        write_json(tmp / "contents.json", contents)  # last: its presence means the folder is complete
+
+
+_checked: set[Path] = set()
 
 
 def corpus_dir() -> Path:
-    """The unpacked corpus (built once, atomically, from the checksummed tarballs)."""
+    """The unpacked corpus (built once, atomically, from the checksummed tarballs), checked against its
+    ``contents.json`` (every file present with its recorded size) the first time a process opens it."""
     target = assets_dir() / f"emoji-{manifests.manifest_hash('emoji')[:12]}"
-    if not (target / "emoji-datasource-google.json").is_file():
+    if not (target / "contents.json").is_file():
+        if target.exists():  # an older or interrupted unpacking: start again
+            shutil.rmtree(target)
         _extract(target)
+    if target not in _checked:
+        contents = json.loads((target / "contents.json").read_text(encoding="utf-8"))
+        for name, record in contents.items():
+            path = target / name
+            if not path.is_file() or path.stat().st_size != record["bytes"]:
+                state = "is missing" if not path.is_file() else f"has {path.stat().st_size} bytes, not {record['bytes']}"
+                raise manifests.DatasetMissingError(f"{path} {state}: the unpacked emoji corpus is damaged; run "
+                                                    f"`{REEXTRACT}`")
+        _checked.add(target)
     return target
+
+
+def re_extract() -> Path:
+    """Delete the unpacked corpus and unpack it again from the tarballs (checked against their sha256)."""
+    target = assets_dir() / f"emoji-{manifests.manifest_hash('emoji')[:12]}"
+    if target.exists():
+        shutil.rmtree(target)
+    _checked.discard(target)
+    load_concepts.cache_clear()
+    return corpus_dir()
 
 
 @lru_cache(maxsize=1)
 def load_concepts() -> tuple[Concept, ...]:
     """Every base emoji drawn in both styles and labelled by CLDR, in emojibase order."""
     root = corpus_dir()
-    drawings = json.loads((root / "emoji-datasource-google.json").read_text())
+    drawings = json.loads((root / "emoji-datasource-google.json").read_text(encoding="utf-8"))
     image_names = {
         _strip_fe0f(entry["unified"]): entry["image"]
         for entry in drawings
         if entry.get("has_img_google") and entry.get("has_img_twitter")
     }
-    text = json.loads((root / "text" / "en" / "data.json").read_text())
-    messages = json.loads((root / "text" / "en" / "messages.json").read_text())
+    text = json.loads((root / "text" / "en" / "data.json").read_text(encoding="utf-8"))
+    messages = json.loads((root / "text" / "en" / "messages.json").read_text(encoding="utf-8"))
     groups = {g["order"]: g["message"] for g in messages["groups"]}
     subgroups = {g["order"]: g["message"] for g in messages["subgroups"]}
     names_by_locale = {}
     for locale in LOCALES:
-        entries = json.loads((root / "text" / locale / "data.json").read_text())
+        entries = json.loads((root / "text" / locale / "data.json").read_text(encoding="utf-8"))
         names_by_locale[locale] = {_strip_fe0f(e["hexcode"]): e["label"] for e in entries}
     concepts = []
     for entry in sorted(text, key=lambda e: e.get("order", 1 << 30)):
@@ -193,7 +230,7 @@ def load_splits() -> dict:
         raise manifests.DatasetMissingError(
             f"{SPLITS_FILE} is missing: regenerate it with `python -m lib.data.emoji --write-splits`"
         )
-    return json.loads(SPLITS_FILE.read_text())
+    return json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
 
 
 def split_concepts(split: str) -> list[Concept]:
@@ -210,10 +247,27 @@ def split_concepts(split: str) -> list[Concept]:
     return [c for c in load_concepts() if table[c.key] == split]
 
 
+def locale_labels(split: str, locale: str, limit: int | None = None) -> list[str]:
+    """The CLDR labels of one split's concepts in ``locale`` (emojibase-data), in the split's concept order;
+    the first ``limit`` concepts. A concept without a label in that locale is an error rather than a silent
+    gap (every base emoji has one in the 12 locales of :data:`LOCALES`). See notebooks/flame.py, section
+    "Multilingual zero-shot"."""
+    if locale not in LOCALES:
+        raise ValueError(f"locale {locale!r} is not unpacked; the corpus has {LOCALES}")
+    concepts = split_concepts(split)[:limit]
+    missing = [c.label for c in concepts if locale not in c.names]
+    if missing:
+        raise ValueError(f"{len(missing)} {split} concepts have no {locale!r} label (e.g. {missing[0]!r})")
+    return [c.names[locale] for c in concepts]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-splits", action="store_true", help=f"write {SPLITS_FILE}")
+    parser.add_argument("--re-extract", action="store_true", help="unpack the corpus again from its tarballs")
     args = parser.parse_args()
+    if args.re_extract:
+        print(f"unpacked the emoji corpus again into {re_extract()}")
     concepts = load_concepts()
     splits = make_splits(concepts)
     print(f"{len(concepts)} concepts, {len({c.family for c in concepts})} families: {splits['counts']}")

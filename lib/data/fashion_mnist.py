@@ -1,7 +1,7 @@
 """Fashion-MNIST photos: real product photos as an out-of-domain zero-shot test.
 
 Why: the emoji corpus is drawings; a head trained on drawings and tested on photos of T-shirts and
-sneakers shows how far frozen features carry the alignment out of domain (DESIGN.md §5).
+sneakers shows how far frozen features carry the alignment out of domain.
 Read straight from the four IDX files that Debian's ``dataset-fashion-mnist`` installs.
 
 See notebooks/sharelock.py, section "Zero-shot evaluation".

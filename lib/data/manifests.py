@@ -3,7 +3,7 @@
 Why: a number is only reproducible if the bytes behind it are. Every dataset the book reads has a
 YAML file in ``data_manifests/``; its hash enters every feature-store key built from the dataset,
 and a missing or altered file stops the run with a message that says where to get it and where
-to put it (DESIGN.md §4).
+to put it.
 
 See notebooks/viterb.py, section "Seen and unseen classes, as data".
 """
@@ -36,7 +36,7 @@ def load(name: str) -> dict:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MANIFEST_DIR.glob("*.yaml")))
         raise DatasetMissingError(f"no manifest {path}: known datasets are {known}")
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def manifest_hash(name: str) -> str:

@@ -2,7 +2,7 @@
 
 Why: ViTeRB's fourth text type is *real reference text* about each class (the paper uses Wikipedia
 articles). For Fashion-MNIST the small config uses the WordNet gloss of each class's synset: real,
-human-written, dictionary text, installed offline (DESIGN.md §5, "Dictionary text"). ImageNet's classes
+human-written, dictionary text, installed offline. ImageNet's classes
 are WordNet synsets, so the same lookup serves the full config's ImageNet+ by synset offset.
 Glosses also serve as held-out text for the language models' own perplexity (``lib.chapters.viterb``).
 See ``notebooks/viterb.py``, section "Text per class".

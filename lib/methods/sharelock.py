@@ -3,8 +3,8 @@
 Why this shape: ShareLock trains *only* a text-side MLP; the DINOv2 image feature is used as is (L2
 normalised), so the text head maps LLM states into the vision space. The LiT-style baseline of this
 book keeps everything but swaps the MLP for one linear map. Any ``nn.Module`` with ``loss(batch)``
-trains with ``lib.core.train.fit``. See ``notebooks/sharelock.py``, sections "The projection head" and
-"Training the head".
+trains with ``lib.core.train.fit``; ``lib.core.evaluate.zero_shot`` and ``retrieval`` evaluate it. See
+``notebooks/sharelock.py``, sections "The projection head" and "Training the head".
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class ShareLock(nn.Module):
         self.criterion = ClipLoss(temperature=loss.temperature, learnable=loss.learnable)
 
     def embed_text(self, text_features: torch.Tensor) -> torch.Tensor:
-        return self.text_head(text_features)
+        weight = next(self.text_head.parameters(), None)
+        return self.text_head(text_features.to(weight.dtype if weight is not None else torch.float32))
 
     def embed_image(self, image_features: torch.Tensor) -> torch.Tensor:
         if image_features.shape[-1] != self.image_dim:
@@ -41,42 +42,7 @@ class ShareLock(nn.Module):
                 f"ShareLock was built for image features of width {self.image_dim}, got {image_features.shape[-1]}: "
                 "the head belongs to another vision model"
             )
-        return F.normalize(image_features.float(), dim=-1)
+        return F.normalize(image_features.to(torch.float32), dim=-1)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.criterion(self.embed_image(batch["image"]), self.embed_text(batch["text"]))
-
-
-def prompts(labelled) -> list[str]:
-    """Class-major prompt texts of a zero-shot set (the order ``zero_shot_classifier`` expects)."""
-    return [t.replace("{c}", c) for c in labelled.classnames for t in labelled.templates]
-
-
-@torch.no_grad()
-def zero_shot_metrics(method: ShareLock, image_features: torch.Tensor, prompt_features: torch.Tensor,
-                      labelled) -> dict[str, float]:
-    """acc@1, acc@5 and mean per-class recall of ``method`` on one labelled set.
-
-    ``prompt_features`` are the frozen text features of ``prompts(labelled)`` (class-major).
-    See ``notebooks/sharelock.py``, section "Zero-shot evaluation".
-    """
-    from lib.core.evaluate import classification_metrics, zero_shot_classifier
-
-    method.eval()
-    row = {text: i for i, text in enumerate(prompts(labelled))}
-    classifier = zero_shot_classifier(
-        lambda texts: method.embed_text(prompt_features[[row[t] for t in texts]]),
-        labelled.classnames, labelled.templates,
-    )
-    labels = torch.as_tensor(labelled.labels)
-    return classification_metrics(method.embed_image(image_features), classifier, labels)
-
-
-@torch.no_grad()
-def retrieval(method: ShareLock, image_features: torch.Tensor, caption_features: torch.Tensor) -> dict[str, float]:
-    """Image <-> caption R@1/5/10 with one caption per image (row i pairs with row i)."""
-    from lib.core.evaluate import retrieval_metrics
-
-    method.eval()
-    text_to_image = torch.arange(len(image_features))
-    return retrieval_metrics(method.embed_image(image_features), method.embed_text(caption_features), text_to_image)

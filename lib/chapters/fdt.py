@@ -1,0 +1,502 @@
+"""The FDT chapter: its config, benchmark, feature plan, experiments, measurements and claims.
+
+Chen et al., CVPR 2023 (FDT, "Finite Discrete Tokens"): patch and token features are matched against a
+shared codebook, a max over tokens and a sparsemax give each item a few code weights, and the embedding
+is the weighted sum of the codes (:class:`lib.methods.fdt.FDTHead`). Here the encoders are frozen, so the
+chapter compares the codebook head with a pooled CLIP-style head on the very same patch and token
+features. This module holds what the notebook runs and nothing it shows: the schema of
+``notebooks/configs/fdt.yaml``, the features the chapter reads (one plan, shared with
+``python -m lib.precompute --chapter fdt``), one training-and-evaluation run, the sparsity measurement at
+initialisation, the paper's claims with their verdicts, and the method diagram. See notebooks/fdt.py,
+sections "Patch and token features", "The FDT head" and "What reproduced, what did not".
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from lib.core import config as configs
+from lib.core import features
+from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.evaluate import classification_metrics, prompt_texts, retrieval_metrics, zero_shot_classifier
+from lib.core.results import Claim, Runs, versus
+from lib.core.sequences import SequenceFeatures
+from lib.core.train import fit, seed_everything
+from lib.data import datasets
+from lib.data.datasets import Benchmark, DataConfig
+from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, collect_codes, embed_sequences,
+                             token_code_scores, weight_encoder)
+
+__all__ = ["NAME", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config", "benchmark",
+           "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled", "zero_shot_metrics", "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init",
+           "usage_rows", "grounding_examples", "claims", "findings", "method_diagram",
+           "PAPER_NUMBERS"]
+
+NAME = "fdt"
+# The paper's numbers the chapter compares with (Table 2: 9-dataset zero-shot average, 15M pairs; Table 8:
+# the same average with the FDT weights used as features, and with the FDT embeddings).
+PAPER_NUMBERS = {"zs_average_15M": {"CLIP": 41.3, "CLIP+FDT": 45.9},
+                 "weights_as_features": {"sparsemax": 32.4, "softmax": 5.2},
+                 "embeddings": {"sparsemax": 45.9, "softmax": 43.9}}
+
+
+def _check_bounds(bounds) -> None:
+    if bounds is not None and not (len(bounds) == 2 and bounds[0] <= bounds[1]):
+        raise ValueError(f"log_scale_bounds must be [low, high] with low <= high, or null, got {list(bounds)}")
+
+
+@dataclass(frozen=True)
+class FDTHeadConfig:
+    """The FDT head's settings; the field names are :class:`lib.methods.fdt.FDTHead`'s keyword arguments.
+
+    ``log_scale_bounds``: the official code clamps the log logit scale to [3, 6] (scale 20.1 to 100 after
+    the cap at ``max_scale``); null leaves it free (the paper gives no clamp).
+    """
+
+    num_codes: int = 16384
+    code_dim: int = 512
+    projector: Literal["fc_gelu", "ln_mlp"] = "ln_mlp"
+    weighting: Literal["sparsemax", "softmax"] = "sparsemax"
+    temperature: float = 1000.0
+    scaled_dot: bool = True
+    padding: Literal["mask", "zero"] = "mask"
+    init_temperature: float = 0.07
+    max_scale: float = 100.0
+    codebook_std: float = 1.0
+    log_scale_bounds: tuple[float, ...] | None = OFFICIAL["log_scale_bounds"]
+
+    def __post_init__(self) -> None:
+        for name in ("num_codes", "code_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.codebook_std <= 0 or self.max_scale <= 0:
+            raise ValueError("codebook_std and max_scale must be positive numbers")
+        _check_bounds(self.log_scale_bounds)
+
+
+@dataclass(frozen=True)
+class PooledHeadConfig:
+    """The pooled baseline (:class:`lib.methods.fdt.PooledHead`): one linear map per modality on pooled tokens."""
+
+    embed_dim: int = 512
+    image_pool: Literal["mean", "first"] = "mean"
+    text_pool: Literal["mean", "first"] = "mean"
+    init_temperature: float = 0.07
+    max_scale: float = 100.0
+    log_scale_bounds: tuple[float, ...] | None = OFFICIAL["log_scale_bounds"]
+
+    def __post_init__(self) -> None:
+        _check_bounds(self.log_scale_bounds)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An FDT ablation: the main head with the named fields changed, trained on the first ``seeds`` seeds."""
+
+    name: str
+    seeds: int = 1
+    projector: Literal["fc_gelu", "ln_mlp"] | None = None
+    weighting: Literal["sparsemax", "softmax"] | None = None
+    temperature: float | None = None
+    scaled_dot: bool | None = None
+    padding: Literal["mask", "zero"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"variant {self.name!r}: seeds must be >= 1, got {self.seeds}")
+        if not self.changes():
+            raise ValueError(f"variant {self.name!r} changes nothing: name at least one FDT head field")
+
+    def changes(self) -> dict:
+        """The head fields this variant sets (those not left null)."""
+        return {k: v for k, v in (("projector", self.projector), ("weighting", self.weighting),
+                                  ("temperature", self.temperature), ("scaled_dot", self.scaled_dot),
+                                  ("padding", self.padding)) if v is not None}
+
+
+@dataclass(frozen=True)
+class Config:
+    """``notebooks/configs/fdt.yaml``, validated field by field on load (``lib.core.config``).
+
+    ``image_tokens``: ``patches`` (the official code: patch tokens only, no CLS) or ``all`` (CLS first).
+    ``init_probe``: the codebook size ``[num_codes, code_dim]`` at which the sparsity of a freshly
+    initialised head is measured (the paper's 16,384 x 512), on ``init_probe_items`` items.
+    """
+
+    data: DataConfig
+    vision: VisionModelConfig
+    text: TextModelConfig
+    fdt: FDTHeadConfig = field(default_factory=FDTHeadConfig)
+    baseline: PooledHeadConfig = field(default_factory=PooledHeadConfig)
+    variants: tuple[Variant, ...] = ()
+    image_tokens: Literal["all", "patches"] = "patches"
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    eval_batch_size: int = 256
+    init_probe: tuple[int, ...] = (16384, 512)
+    init_probe_items: int = 64
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        if len(self.init_probe) != 2 or min(self.init_probe) < 1:
+            raise ValueError(f"init_probe must be [num_codes, code_dim], got {list(self.init_probe)}")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names) or {"FDT", "pooled"} & set(names):
+            raise ValueError(f"variant names must be distinct and not 'FDT' or 'pooled', got {names}")
+
+
+def load_config(name: str = "small", overrides: dict | None = None) -> Config:
+    """``small`` / ``full`` of ``notebooks/configs/fdt.yaml`` (or a YAML path), validated."""
+    return configs.load(NAME, name, Config, overrides)
+
+
+def benchmark(cfg: Config) -> Benchmark:
+    """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
+    return datasets.build_benchmark(cfg.data)
+
+
+def zero_shot_sets(cfg: Config, bench: Benchmark) -> list:
+    """The zero-shot sets the chapter evaluates: the headline set (unseen emoji concepts / ImageNet) and
+    those ``data.zero_shot`` names (Fashion-MNIST in the small config)."""
+    chosen = {bench.zero_shot[0].name: bench.zero_shot[0]}
+    chosen.update({s.name: s for s in bench.zero_shot if s.name in cfg.data.zero_shot})
+    return list(chosen.values())
+
+
+def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
+    """Every feature the chapter reads: the image token sequences of every image set (training,
+    validation, retrieval, zero-shot), the token sequences of the captions of every pair set and of the
+    zero-shot prompts."""
+    plan = features.Plan()
+    for images in [bench.train, bench.val, bench.retrieval, *zero_shot_sets(cfg, bench)]:
+        plan.add(features.image_tokens(cfg.vision, images, tokens=cfg.image_tokens, dtype=cfg.store.dtype))
+    for pairs in (bench.train, bench.val, bench.retrieval):
+        plan.add(features.text_tokens(cfg.text, pairs.captions, source=pairs.source, ids=pairs.ids,
+                                      name=f"text-tokens:{cfg.text.name}:{pairs.name}", dtype=cfg.store.dtype))
+    for labelled in zero_shot_sets(cfg, bench):
+        plan.add(features.text_tokens(cfg.text, prompt_texts(labelled),
+                                      source={"prompts_for": labelled.source["dataset"],
+                                              "templates": list(labelled.templates)},
+                                      name=f"text-tokens:{cfg.text.name}:prompts:{labelled.name}",
+                                      dtype=cfg.store.dtype))
+    return plan
+
+
+class ChapterFeatures:
+    """The materialised plan, read by role: ``image(set)``, ``captions(pairs)``, ``prompts(labelled)``
+    (each a :class:`lib.core.sequences.SequenceFeatures`) and ``tensors(pairs)``, the padded resident
+    tensors ``{"image", "image_mask", "text", "text_mask"}`` that :func:`lib.core.train.fit` slices."""
+
+    def __init__(self, cfg: Config, found: features.Features) -> None:
+        self.cfg, self.found = cfg, found
+        self._tensors: dict[str, dict[str, torch.Tensor]] = {}
+
+    def image(self, images) -> SequenceFeatures:
+        return self.found[f"image-tokens:{self.cfg.vision.name}:{images.name}"]
+
+    def captions(self, pairs) -> SequenceFeatures:
+        return self.found[f"text-tokens:{self.cfg.text.name}:{pairs.name}"]
+
+    def prompts(self, labelled) -> SequenceFeatures:
+        return self.found[f"text-tokens:{self.cfg.text.name}:prompts:{labelled.name}"]
+
+    def tensors(self, pairs) -> dict[str, torch.Tensor]:
+        if pairs.name not in self._tensors:
+            image, image_mask = self.image(pairs).padded()
+            text, text_mask = self.captions(pairs).padded()
+            self._tensors[pairs.name] = {"image": image, "image_mask": image_mask, "text": text, "text_mask": text_mask}
+        return self._tensors[pairs.name]
+
+    def dims(self, bench: Benchmark) -> tuple[int, int]:
+        """(image token width, text token width)."""
+        return self.image(bench.train).dim, self.captions(bench.train).dim
+
+
+def build_fdt(cfg: FDTHeadConfig, image_dim: int, text_dim: int, **changes) -> FDTHead:
+    """An :class:`FDTHead` from its config, with ``changes`` (e.g. ``Variant.changes()``) applied."""
+    return FDTHead(image_dim, text_dim, **{**dataclasses.asdict(cfg), **changes})
+
+
+def build_pooled(cfg: PooledHeadConfig, image_dim: int, text_dim: int) -> PooledHead:
+    return PooledHead(image_dim, text_dim, **dataclasses.asdict(cfg))
+
+
+@torch.no_grad()
+def zero_shot_metrics(encode_image, encode_text, image_seqs: SequenceFeatures, prompt_seqs: SequenceFeatures,
+                      labelled, *, batch_size: int = 256, device: str | torch.device = "cpu") -> dict[str, float]:
+    """acc@1, acc@5, mean per-class recall of a zero-shot classifier built from ``prompt_seqs``.
+
+    ``prompt_seqs`` holds the token features of ``lib.core.evaluate.prompt_texts(labelled)`` (class-major);
+    ``encode_*(x, mask)`` are a head's encoders (or :func:`lib.methods.fdt.weight_encoder`). Prototypes
+    follow CLIP (``lib.core.evaluate.zero_shot_classifier``).
+    """
+    texts = prompt_texts(labelled)
+    if len(prompt_seqs) != len(texts):
+        raise ValueError(f"{len(prompt_seqs)} prompt sequences for {len(texts)} prompts of {labelled.name}: "
+                         "compute them from lib.core.evaluate.prompt_texts(labelled)")
+    prompt_emb = embed_sequences(encode_text, prompt_seqs, batch_size=batch_size, device=device)
+    row = {text: i for i, text in enumerate(texts)}
+    classifier = zero_shot_classifier(lambda batch: prompt_emb[[row[t] for t in batch]], labelled.classnames,
+                                      labelled.templates)
+    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
+    return classification_metrics(image_emb, classifier, torch.as_tensor(labelled.labels))
+
+
+@torch.no_grad()
+def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_seqs: SequenceFeatures, *,
+              batch_size: int = 256, device: str | torch.device = "cpu") -> dict[str, float]:
+    """Image <-> caption R@1/5/10, one caption per image (row i pairs with row i)."""
+    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
+    text_emb = embed_sequences(encode_text, caption_seqs, batch_size=batch_size, device=device)
+    return retrieval_metrics(image_emb, text_emb, torch.arange(len(image_emb)))
+
+
+def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
+                       variant: Variant | None = None) -> tuple[dict, object, torch.nn.Module]:
+    """Train one head (``kind`` ``"fdt"``, with ``variant``'s changes, or ``"pooled"``) on the training
+    pairs with early stopping on the validation pairs, then evaluate it zero-shot on every set of
+    :func:`zero_shot_sets` and by retrieval on the held-out pairs; an FDT head is also scored with its
+    weights as features (the headline set) and its active codes are counted on the held-out pairs.
+    Returns the run's row (for :class:`lib.core.results.Runs`), the ``TrainResult`` and the head.
+    """
+    seed_everything(seed)
+    image_dim, text_dim = feats.dims(bench)
+    head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
+            else build_pooled(cfg.baseline, image_dim, text_dim))
+    result = fit(head, feats.tensors(bench.train), feats.tensors(bench.val), cfg.train, seed=seed, device=cfg.device)
+    head.eval()
+    name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
+    row = {"head": name, "seed": seed, "best_step": result.best_step, "steps_run": result.steps_run,
+           "train_s": round(result.seconds, 1), "best_val_loss": result.best_val_loss,
+           "logit_scale": round(float(head.criterion.scale.detach()), 2)}
+    evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
+    sets = zero_shot_sets(cfg, bench)
+    for labelled in sets:
+        found = zero_shot_metrics(head.encode_image, head.encode_text, feats.image(labelled), feats.prompts(labelled),
+                                  labelled, **evaluate)
+        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
+    found = retrieval(head.encode_image, head.encode_text, feats.image(bench.retrieval), feats.captions(bench.retrieval),
+                      **evaluate)
+    row.update({f"retrieval/{k}": v for k, v in found.items()})
+    if kind == "fdt":
+        found = zero_shot_metrics(weight_encoder(head, "image"), weight_encoder(head, "text"), feats.image(sets[0]),
+                                  feats.prompts(sets[0]), sets[0], **evaluate)
+        row["weights_as_features/acc1"] = found["acc1"]
+        image_codes = collect_codes(head, "image", feats.image(bench.retrieval), **evaluate)
+        text_codes = collect_codes(head, "text", feats.captions(bench.retrieval), **evaluate)
+        row["active_codes/image"] = float(image_codes.active().float().mean())
+        row["active_codes/text"] = float(text_codes.active().float().mean())
+        row["codes_ever_active"] = int(((image_codes.weights > 0).any(0) | (text_codes.weights > 0).any(0)).sum())
+    return row, result, head
+
+
+def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False,
+            runs: Runs | None = None, trained: dict | None = None) -> tuple[Runs, dict]:
+    """Every run of the chapter: FDT and pooled on every seed, then each variant on its first ``seeds``
+    seeds (``quick``: the first seed only). Runs already in ``runs`` are not repeated. Returns the runs
+    and ``{head name: (head, TrainResult)}`` of the first seed."""
+    runs, trained = runs if runs is not None else Runs(), trained if trained is not None else {}
+    seeds = cfg.seeds[:1] if quick else cfg.seeds
+    jobs = [(kind, seed, None) for seed in seeds for kind in ("fdt", "pooled")]
+    jobs += [("fdt", seed, v) for v in cfg.variants for seed in (seeds[:1] if quick else cfg.seeds[: v.seeds])]
+    done = {(r["head"], r["seed"]) for r in runs}
+    for kind, seed, variant in jobs:
+        name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
+        if (name, seed) in done:
+            continue
+        row, result, head = train_and_evaluate(cfg, bench, feats, kind, seed, variant)
+        runs.add(row)
+        if seed == cfg.seeds[0]:
+            trained[name] = (head, result)
+    return runs, trained
+
+
+@torch.no_grad()
+def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, seed: int = 0) -> list[dict]:
+    """How many codes sparsemax switches on in a freshly initialised head (no training), per item.
+
+    Four probes, each on ``cfg.init_probe_items`` held-out items: the configured head on the chapter's
+    real patch and token features; the same head at the official temperature (1000); a head of the
+    paper's size (``cfg.init_probe``: 16,384 x 512) at the official temperature on the same real features;
+    and that paper-size head on random Gaussian inputs of the official encoders' widths (ViT-B/32: 49
+    patches x 768; text: 16 tokens x 512). Sparsemax keeps the codes whose relevance lies above a
+    threshold ``tau`` with ``sum(r_i - tau) = 1`` over them, so what decides sparsity is the spread of the
+    relevances measured in units of ``1/K``.
+    """
+    n = min(cfg.init_probe_items, len(bench.retrieval))
+    real = {"image": feats.image(bench.retrieval).batch(range(n)), "text": feats.captions(bench.retrieval).batch(range(n))}
+    generator = torch.Generator().manual_seed(seed)
+    gauss = {"image": (torch.randn(n, 49, 768, generator=generator), None),
+             "text": (torch.randn(n, 16, 512, generator=generator), None)}
+    num_codes, code_dim = cfg.init_probe
+    official = dict(temperature=OFFICIAL["temperature"])
+    paper = dict(num_codes=num_codes, code_dim=code_dim, **official)
+    probes = [("this config", {}, real), ("this config, official temperature", official, real),
+              ("paper size", paper, real), ("paper size, random inputs", paper, gauss)]
+    out = []
+    for probe, changes, inputs in probes:
+        seed_everything(seed)
+        widths = [inputs[m][0].shape[-1] for m in ("image", "text")]
+        head = build_fdt(cfg.fdt, *widths, **changes).eval()
+        for modality in ("image", "text"):
+            x, mask = inputs[modality]
+            codes = head.codes(modality, x, mask)
+            active = codes.active().float()
+            out.append({"probe": probe, "codebook": f"{head.num_codes} x {head.code_dim}", "temperature": head.temperature,
+                        "inputs": "this chapter's features" if inputs is real else "random, official widths",
+                        "modality": modality, "active codes per item": float(active.mean()),
+                        "active fraction": float(active.mean() / head.num_codes),
+                        "relevance sd x K": float(codes.relevance.std(dim=1).mean() * head.num_codes)})
+    return out
+
+
+def usage_rows(trained: dict, feats: ChapterFeatures, bench: Benchmark, cfg: Config) -> tuple[list[dict], list[dict]]:
+    """Codebook usage of the first seed's FDT heads on the held-out pairs: one summary row per head and
+    modality, and one row per item (its number of active codes) for the histogram."""
+    summary, per_item = [], []
+    for name, (head, _) in trained.items():
+        if not isinstance(head, FDTHead):
+            continue
+        for modality, seqs in (("image", feats.image(bench.retrieval)), ("text", feats.captions(bench.retrieval))):
+            codes = collect_codes(head, modality, seqs, batch_size=cfg.eval_batch_size, device=cfg.device)
+            active = codes.active()
+            summary.append({"head": name, "modality": modality, "weighting": head.weighting,
+                            "temperature": head.temperature,
+                            "active codes per item (mean)": round(float(active.float().mean()), 1),
+                            "codes ever active": int((codebook_usage(codes.weights) > 0).sum()),
+                            "codebook size": head.num_codes})
+            per_item += [{"head": name, "modality": modality, "active codes": int(k)} for k in active]
+    return summary, per_item
+
+
+def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
+    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``)."""
+    headline = zero_shot_sets(cfg, bench)[0].name
+    metric = f"{headline}/acc1"
+    softmax = next((v.name for v in cfg.variants if v.changes() == {"weighting": "softmax"}), None)
+    out = [Claim("fdt_beats_pooled", "FDT's codebook head beats a pooled CLIP-style head on the same features",
+                 "Table 2 (9-dataset zero-shot average, 15M pairs)",
+                 runs.compare(metric, {"head": "FDT"}, {"head": "pooled"}), ("FDT head", "pooled head"),
+                 paper_value="CLIP+FDT 45.9 vs CLIP 41.3")]
+    if softmax:
+        out.append(Claim("sparsemax_beats_softmax_as_features", "with the code weights themselves used as features, "
+                         "sparsemax beats softmax", "Table 8 (rows marked *: FDT weights as features)",
+                         runs.compare("weights_as_features/acc1", {"head": "FDT"}, {"head": softmax}),
+                         ("sparsemax weights", "softmax weights"), paper_value="32.4 vs 5.2"))
+        out.append(Claim("sparsemax_beats_softmax", "with the FDT embeddings, sparsemax beats softmax",
+                         "Table 8 (rows without *)", runs.compare(metric, {"head": "FDT"}, {"head": softmax}),
+                         ("sparsemax head", "softmax head"), paper_value="45.9 vs 43.9"))
+    chance = 1 / len(zero_shot_sets(cfg, bench)[0].classnames)
+    out.append(Claim("fdt_above_chance", "an FDT head on frozen features transfers zero-shot to concepts it never "
+                     "saw", "§4 (zero-shot evaluation)", versus(runs.values(metric, head="FDT"), chance),
+                     ("FDT head", "chance"), paper_value="45.9 (9-dataset average)"))
+    return out
+
+
+def findings(cfg: Config, bench: Benchmark, runs: Runs, init_rows: list[dict] = ()) -> dict[str, float | None]:
+    """The chapter's headline numbers (means over seeds, fractions) for metrics.json and the results page;
+    ``init_rows`` (:func:`active_codes_at_init`) adds the image side's active fractions at initialisation."""
+    sets = zero_shot_sets(cfg, bench)
+    headline = sets[0].name
+    mean = lambda head, metric: runs.summary(metric, head=head).mean  # noqa: E731
+    out = {"fdt_unseen_acc1": mean("FDT", f"{headline}/acc1"), "pooled_unseen_acc1": mean("pooled", f"{headline}/acc1"),
+           "fdt_unseen_acc1_sd": runs.summary(f"{headline}/acc1", head="FDT").sd,
+           "pooled_unseen_acc1_sd": runs.summary(f"{headline}/acc1", head="pooled").sd,
+           "chance_unseen": 1 / len(sets[0].classnames),
+           "sparsemax_weights_as_features_acc1": mean("FDT", "weights_as_features/acc1"),
+           "fdt_active_codes_image": mean("FDT", "active_codes/image"),
+           "fdt_active_codes_text": mean("FDT", "active_codes/text"),
+           "fdt_codes_ever_active": mean("FDT", "codes_ever_active"), "num_codes": cfg.fdt.num_codes,
+           "fdt_logit_scale": mean("FDT", "logit_scale")}
+    for s in sets[1:]:
+        for head, key in (("FDT", "fdt"), ("pooled", "pooled")):
+            out[f"{key}_{s.name}_acc1"] = mean(head, f"{s.name}/acc1")
+    for head, key in (("FDT", "fdt"), ("pooled", "pooled")):
+        for metric in ("image_retrieval_recall@1", "image_retrieval_recall@5", "text_retrieval_recall@1",
+                       "text_retrieval_recall@5"):
+            out[f"{key}_retrieval/{metric}"] = mean(head, f"retrieval/{metric}")
+    for row in (r for r in init_rows if r["modality"] == "image"):
+        out["init_active_fraction_" + row["probe"].replace(",", "").replace(" ", "_")] = row["active fraction"]
+    for variant in cfg.variants:
+        key = variant.name.replace(" ", "_")
+        out[f"{key}_unseen_acc1"] = mean(variant.name, f"{headline}/acc1")
+        out[f"{key}_weights_as_features_acc1"] = mean(variant.name, "weights_as_features/acc1")
+        out[f"{key}_active_codes_image"] = mean(variant.name, "active_codes/image")
+        out[f"{key}_active_codes_text"] = mean(variant.name, "active_codes/text")
+    return out
+
+
+@torch.no_grad()
+def grounding_examples(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, cfg: Config, n: int = 4) -> list[dict]:
+    """The paper's qualitative figure, as data: ``n`` held-out pairs that the head retrieves correctly
+    (image -> caption top-1), each with the code of largest ``w_image * w_caption``, that code's score on
+    every patch (a square grid) and on every word piece (with the word pieces' text)."""
+    images, captions = feats.image(bench.retrieval), feats.captions(bench.retrieval)
+    evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
+    image_codes, text_codes = collect_codes(head, "image", images, **evaluate), collect_codes(head, "text", captions, **evaluate)
+    hits = ((image_codes.embedding @ text_codes.embedding.T).argmax(1) == torch.arange(len(images))).nonzero().flatten()
+    encoder = features.ENCODERS.get(cfg.text, cfg.device)
+    out = []
+    for i in hits[:: max(1, len(hits) // n)][:n].tolist():
+        code = int((image_codes.weights[i] * text_codes.weights[i]).argmax())
+        patches = token_code_scores(head, "image", *images.batch([i]), [code])[0, :, 0]
+        if cfg.image_tokens == "all":
+            patches = patches[len(patches) - int(round(len(patches) ** 0.5)) ** 2:]  # drop CLS / registers
+        grid = int(round(len(patches) ** 0.5))
+        words = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenize([bench.retrieval.captions[i]])[0])
+        out.append({"item": i, "code": code, "caption": bench.retrieval.captions[i], "words": words,
+                    "patch_scores": patches.reshape(grid, grid).numpy(),
+                    "word_scores": token_code_scores(head, "text", *captions.batch([i]), [code])[0, :, 0].numpy()})
+    features.release_encoders()
+    return out
+
+
+@torch.no_grad()
+def method_diagram(head: FDTHead, image_seqs: SequenceFeatures, text_seqs: SequenceFeatures, item: int = 0):
+    """FDT's codebook flow drawn from a real head run on one item: tokens -> projector -> logits against
+    the shared codebook -> max over tokens -> sparsemax -> weighted sum of the codes -> loss. Every shape
+    and count in the figure is read from the tensors of that forward pass. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    head.eval()
+    fig, axis = plt.subplots(figsize=(12.5, 4.4))
+    axis.set(xlim=(0, 12.6), ylim=(0, 4.4))
+    axis.axis("off")
+
+    def box(x, y, text, colour, w=1.8, h=0.9):
+        axis.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=colour, ec="0.3", lw=1))
+        axis.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5)
+        return x, y, w, h
+
+    def arrow(start, end):
+        axis.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color="0.25", lw=1.2))
+
+    projector = "LN-Linear-GELU-\nLN-Linear" if head.projector_kind == "ln_mlp" else "Linear + GELU"
+    scale = f"÷ √{head.code_dim} ÷ {head.temperature:g}" if head.scaled_dot else f"÷ {head.temperature:g}"
+    cx, cy, cw, ch = box(5.3, 1.75, f"shared codebook C\n{head.num_codes} × {head.code_dim}", "#f6d8a8", w=2.0)
+    for modality, seqs, y, colour in (("image", image_seqs, 3.3, "#cfe2f3"), ("text", text_seqs, 0.2, "#d9ead3")):
+        x, mask = seqs.batch([item])
+        q = (head.image_projector if modality == "image" else head.text_projector)(x.to(head.codebook.dtype))
+        codes = head.codes(modality, x, mask)
+        tokens, what = int(mask.sum()), ("patches" if modality == "image" else "word pieces")
+        boxes = [box(0.05, y, f"{tokens} {what}\n× {x.shape[-1]} (frozen)", colour),
+                 box(2.1, y, f"projector\n{projector}\nqueries {q.shape[1]} × {q.shape[2]}", colour),
+                 box(4.15, y, f"⟨q, c⟩ {scale}\n{tokens} × {head.num_codes} logits", colour, w=2.0),
+                 box(6.4, y, f"max over {what}\nrelevance r: {codes.relevance.shape[-1]}", colour),
+                 box(8.45, y, f"{head.weighting}(r)\n{int(codes.active()[0])} of {head.num_codes}\ncodes non-zero", colour),
+                 box(10.5, y, f"w @ C, L2-normalised\nembedding: {codes.embedding.shape[-1]}", colour, w=2.0)]
+        for (xa, ya, wa, ha), (xb, yb, _, hb) in zip(boxes, boxes[1:]):
+            arrow((xa + wa, ya + ha / 2), (xb, yb + hb / 2))
+        edge, far, loss = (cy + ch, y, 2.5) if modality == "image" else (cy, y + 0.9, 1.9)
+        arrow((cx + cw / 2, edge), (boxes[2][0] + boxes[2][2] / 2, far))
+        arrow((cx + cw / 2, edge), (boxes[5][0] + 0.4, far))
+        arrow((11.5, far), (11.5, loss))
+    axis.text(11.5, 2.2, "symmetric InfoNCE\n(image ↔ caption)", ha="center", va="center", fontsize=9,
+              bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
+    axis.set_title("FDT on one held-out pair: every shape and count read from this chapter's head", fontsize=10)
+    return fig

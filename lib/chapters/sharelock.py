@@ -1,0 +1,248 @@
+"""The ShareLock chapter: its config, benchmark, feature plan, experiments and claims.
+
+Ruthardt et al., *Do better language models have crisper vision?*: frozen DINOv2 image features, frozen
+decoder-LLM last-token text features, a 4-layer MLP on the text side (:class:`lib.methods.sharelock.ShareLock`)
+trained with the CLIP loss at a fixed temperature. This module holds what the notebook runs and nothing it
+shows: the schema of ``notebooks/configs/sharelock.yaml``, the features the chapter needs (one plan, shared
+with ``python -m lib.precompute --chapter sharelock``), one training-and-evaluation run, and the paper's
+claims with their verdicts. See notebooks/sharelock.py, sections "The data", "Training the head" and
+"What reproduced, what did not".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from lib.core import config as configs
+from lib.core import features
+from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.evaluate import prompt_texts, retrieval, zero_shot
+from lib.core.results import Claim, Runs, compare, versus
+from lib.core.train import fit, seed_everything
+from lib.data import datasets
+from lib.data.datasets import Benchmark, DataConfig
+from lib.methods.sharelock import ShareLock
+
+__all__ = ["NAME", "Config", "load_config", "benchmark", "feature_plan", "ChapterFeatures", "train_and_evaluate",
+           "prompt_sets", "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label"]
+
+NAME = "sharelock"
+
+
+@dataclass(frozen=True)
+class Config:
+    """``notebooks/configs/sharelock.yaml``, validated field by field on load (``lib.core.config``).
+
+    The first vision and the first text model are the chapter's main pair; the others are comparisons.
+    """
+
+    data: DataConfig
+    vision: tuple[VisionModelConfig, ...]
+    text: tuple[TextModelConfig, ...]
+    head: HeadConfig = field(default_factory=HeadConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+
+def load_config(name: str = "small", overrides: dict | None = None) -> Config:
+    """``small`` / ``medium`` / ``full`` of ``notebooks/configs/sharelock.yaml`` (or a YAML path), validated."""
+    return configs.load(NAME, name, Config, overrides)
+
+
+def benchmark(cfg: Config) -> Benchmark:
+    """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
+    return datasets.build_benchmark(cfg.data)
+
+
+def short(name: str) -> str:
+    """A model's display name: the last part of its id."""
+    return name.split("/")[-1]
+
+
+_SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST"}
+
+
+def metric_labels(bench: Benchmark) -> dict[str, str]:
+    """Short column names for the chapter's results table: metric key -> label (all in %)."""
+    labels = {}
+    for labelled in bench.zero_shot:
+        name = labelled.name
+        style = " (other style)" if labelled is not bench.zero_shot[0] and name.startswith("emoji-unseen") else ""
+        base = next((v for k, v in _SHORT_SETS.items() if name.startswith(k)), name)
+        labels[f"{name}/acc1"] = f"{base}{style} top-1"
+    labels[f"{bench.retrieval.name}/image_retrieval_recall@1"] = "text→image R@1"
+    labels[f"{bench.retrieval.name}/text_retrieval_recall@5"] = "image→text R@5"
+    return labels
+
+
+def setting_label(row: dict) -> str:
+    """``"gemma-3-270m + efficientnet-lite0, MLP"`` (and the control) for one row of a results table."""
+    label = f"{row['text']} + {row['vision']}, {'MLP' if row['head'] == 'mlp' else 'linear'}"
+    return f"{label}, {row['control']}" if row.get("control") else label
+
+
+def prompt_sets(cfg: Config, bench: Benchmark) -> list:
+    """The unseen emoji concepts with sentence templates and with the bare name (the prompt ablation);
+    empty for a pairs corpus."""
+    if cfg.data.corpus != "emoji":
+        return []
+    return [datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="sentences"),
+            datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="name")]
+
+
+def _prompt_source(labelled) -> dict:
+    return {"prompts_for": labelled.source["dataset"], "templates": list(labelled.templates)}
+
+
+def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
+    """Every feature the chapter reads: each vision model on every image set; each text model on the
+    captions of every pair set, the prompts of every zero-shot set, and the prompt ablation's prompts."""
+    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
+    image_sets = [bench.train, bench.val, bench.retrieval, *bench.zero_shot]
+    for vision in cfg.vision:
+        for images in image_sets:
+            plan.add(features.image(vision, images, **store))
+    for text in cfg.text:
+        for pairs in (bench.train, bench.val, bench.retrieval):
+            plan.add(features.text(text, pairs.captions, source=pairs.source, name=f"text:{text.name}:{pairs.name}",
+                                   ids=pairs.ids, **store))
+        for labelled in [*bench.zero_shot, *prompt_sets(cfg, bench)]:
+            plan.add(features.text(text, prompt_texts(labelled), source=_prompt_source(labelled),
+                                   name=f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}", **store))
+    return plan
+
+
+class ChapterFeatures:
+    """The materialised plan, read by role: ``image(vision, images)``, ``captions(text, pairs)``, ``prompts(text, set)``."""
+
+    def __init__(self, found: features.Features) -> None:
+        self.found = found
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        if name not in self._cache:
+            self._cache[name] = self.found.tensor(name)
+        return self._cache[name]
+
+    def image(self, vision: VisionModelConfig, images) -> torch.Tensor:
+        return self._tensor(f"image:{vision.name}:{images.name}")
+
+    def captions(self, text: TextModelConfig, pairs) -> torch.Tensor:
+        return self._tensor(f"text:{text.name}:{pairs.name}")
+
+    def prompts(self, text: TextModelConfig, labelled) -> torch.Tensor:
+        return self._tensor(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}")
+
+
+def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModelConfig, vision: VisionModelConfig,
+          kind: str = "mlp") -> ShareLock:
+    """A fresh ShareLock (``kind="mlp"``) or linear (``"linear"``) head for this pair of models."""
+    text_dim = feats.captions(text, bench.train).shape[1]
+    image_dim = feats.image(vision, bench.train).shape[1]
+    return ShareLock(text_dim, image_dim, cfg.head, cfg.loss, kind=kind)
+
+
+def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig,
+                       vision: VisionModelConfig, kind: str = "mlp", seed: int = 0, *,
+                       shuffle_captions: bool = False) -> tuple[dict, object, ShareLock]:
+    """Train one head on the training pairs (early stopping on the validation concepts), then evaluate it
+    zero-shot on every labelled set and by retrieval on the unseen pairs.
+
+    ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
+    everything else kept). Returns the run's row (for :class:`lib.core.results.Runs`), the
+    :class:`~lib.core.train.TrainResult` and the trained method.
+    """
+    seed_everything(seed)
+    method = build(cfg, feats, bench, text, vision, kind)
+    text_train = feats.captions(text, bench.train)
+    if shuffle_captions:
+        text_train = text_train[torch.randperm(len(text_train), generator=torch.Generator().manual_seed(seed))]
+    result = fit(method, {"image": feats.image(vision, bench.train), "text": text_train},
+                 {"image": feats.image(vision, bench.val), "text": feats.captions(text, bench.val)},
+                 cfg.train, seed=seed, device=cfg.device)
+    row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
+           "control": "shuffled captions" if shuffle_captions else "", "best_step": result.best_step,
+           "steps_run": result.steps_run, "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
+    for labelled in bench.zero_shot:
+        found = zero_shot(method, feats.image(vision, labelled), feats.prompts(text, labelled), labelled)
+        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
+    found = retrieval(method, feats.image(vision, bench.retrieval), feats.captions(text, bench.retrieval))
+    row.update({f"{bench.retrieval.name}/{k}": v for k, v in found.items()})
+    return row, result, method
+
+
+@torch.no_grad()
+def style_diagnostics(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Two properties of frozen image features, before any head, that predict how well a head can align
+    them: how often a drawing's nearest neighbour among the other style's drawings (row i of ``b`` is the
+    same concept as row i of ``a``) is the same concept, and the mean cosine between drawings of one style
+    (a high value: one shared direction dominates, which a fixed-temperature loss without an image head
+    cannot remove)."""
+    a, b = F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1)
+    nearest = (a @ b.T).argmax(1) == torch.arange(len(a))
+    return {"cross_style_nearest_same": float(nearest.float().mean()), "mean_cosine": float((a @ a.T).mean())}
+
+
+def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
+    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``)."""
+    headline, chance = bench.zero_shot[0].name, 1 / len(bench.zero_shot[0].classnames)
+    metric = f"{headline}/acc1"
+    text, vision = short(cfg.text[0].name), short(cfg.vision[0].name)
+    main = dict(text=text, vision=vision, control="")
+    out = [
+        Claim("mlp_beats_linear", "ShareLock's MLP head on frozen LLM features beats a LiT-style linear map on the "
+              "same data", "Table 3 (563k CC3M-LLaVA: ShareLock 50.5 vs LiT 41.7 ImageNet-1k top-1)",
+              runs.compare(metric, {**main, "head": "mlp"}, {**main, "head": "linear"}),
+              ("MLP head", "linear head"), paper_value="50.5 vs 41.7"),
+        Claim("zero_shot_above_chance", "frozen features and a small head transfer zero-shot to concepts never seen "
+              "in training", "§6, Table 3", versus(runs.values(metric, **main, head="mlp"), chance),
+              ("ShareLock head on unseen concepts", "chance"), paper_value="50.5 (ImageNet-1k)"),
+    ]
+    if len(cfg.text) > 1:
+        decoders = [short(t.name) for t in cfg.text if t.pooling == "last_token"]
+        encoders = [short(t.name) for t in cfg.text if t.pooling != "last_token"]
+        if decoders and encoders:
+            dec, enc = decoders[0], encoders[0]
+            out.append(Claim(
+                "decoder_beats_encoder", "decoder LLM features (last token) are better text representations for "
+                "vision than encoder features", "abstract; Table 1 (ViTeRB)",
+                runs.compare(metric, dict(text=dec, vision=vision, control="", head="mlp"),
+                             dict(text=enc, vision=vision, control="", head="mlp")),
+                (dec, enc), paper_value="Llama-3-8B 40.2 vs BERT-L 18.3 (ViTeRB, class names)"))
+    return out
+
+
+def findings(cfg: Config, bench: Benchmark, runs: Runs) -> dict[str, float | None]:
+    """The chapter's headline numbers (means over seeds, fractions) for metrics.json and the results page."""
+    headline = bench.zero_shot[0].name
+    metric = f"{headline}/acc1"
+    text, vision = short(cfg.text[0].name), short(cfg.vision[0].name)
+    main = dict(text=text, vision=vision, control="")
+    out = {
+        "sharelock_unseen_acc1": runs.summary(metric, **main, head="mlp").mean,
+        "linear_unseen_acc1": runs.summary(metric, **main, head="linear").mean,
+        "shuffled_unseen_acc1": runs.summary(metric, text=text, vision=vision, head="mlp",
+                                             control="shuffled captions").mean,
+        "chance_unseen": 1 / len(bench.zero_shot[0].classnames),
+    }
+    for t in cfg.text:
+        out[f"text/{short(t.name)}"] = runs.summary(metric, text=short(t.name), vision=vision, control="", head="mlp").mean
+    for v in cfg.vision:
+        out[f"vision/{short(v.name)}"] = runs.summary(metric, text=text, vision=short(v.name), control="", head="mlp").mean
+    for labelled in bench.zero_shot[1:]:
+        out[f"{labelled.name}/acc1"] = runs.summary(f"{labelled.name}/acc1", **main, head="mlp").mean
+    for key in ("image_retrieval_recall@1", "text_retrieval_recall@1", "image_retrieval_recall@5",
+                "text_retrieval_recall@5"):
+        out[f"retrieval/{key}"] = runs.summary(f"{bench.retrieval.name}/{key}", **main, head="mlp").mean
+    return out
+
+
+def head_comparison(runs: Runs, metric: str, cfg: Config):
+    """MLP vs linear on the main pair (a :class:`lib.core.results.Comparison`)."""
+    main = dict(text=short(cfg.text[0].name), vision=short(cfg.vision[0].name), control="")
+    return compare(runs.values(metric, **main, head="mlp"), runs.values(metric, **main, head="linear"))

@@ -1,0 +1,449 @@
+"""The Three Towers chapter: its config, benchmark, feature plan, experiments, claims and method diagram.
+
+Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models* (NeurIPS 2023):
+an image tower f and a text tower g trained from scratch, a frozen pretrained third tower h = linear(p(I)),
+four heads and three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). This module holds
+what the notebook runs and nothing it shows: the schema of ``notebooks/configs/three_towers.yaml``, the
+features the chapter reads (the third tower's p(I) of every image set: one plan, shared with
+``python -m lib.precompute --chapter three_towers``), the towers' resident inputs (pixels and tokens), one
+training-and-evaluation run, the ablations, the paper's claims with their verdicts
+(:data:`lib.core.results.RULE`), and the method diagram drawn from a built model. See
+notebooks/three_towers.py, sections "The data", "The three towers", "Training" and "What reproduced, what
+did not".
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from lib.core import config as configs
+from lib.core import features
+from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
+from lib.core.results import Claim, Runs, versus
+from lib.core.train import fit, seed_everything
+from lib.data import datasets
+from lib.data.datasets import Benchmark, DataConfig
+from lib.methods import three_towers as tt
+from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig, ThreeTowers
+
+__all__ = ["NAME", "Config", "load_config", "benchmark", "training_pairs", "feature_plan", "Inputs", "inputs",
+           "build", "evaluate", "train_and_evaluate", "alpha_sweep", "METRICS", "claims", "findings",
+           "group_accuracy", "diagram", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "chance", "chance_checks", "shown_metrics", "test_sets", "COVERED", "NOT_COVERED"]
+
+NAME = "three_towers"
+RETRIEVAL_R1 = ("retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1")
+
+
+@dataclass(frozen=True)
+class Config:
+    """``notebooks/configs/three_towers.yaml``, validated field by field on load (``lib.core.config``).
+
+    ``third`` is p, the frozen pretrained image model behind the third tower; ``train_styles`` the emoji
+    drawing styles the towers train on (both: the towers trained from scratch need every image);
+    ``weights`` the loss-weight ablation (w = 1 is the main run); ``alphas`` the headless convex combination
+    ``alpha * h + (1 - alpha) * f``; ``ablation_seeds`` how many of ``seeds`` the ablations run on.
+    The runs train a fixed budget (``train.steps``) and keep the final weights, as the paper does;
+    ``diagnosis_eval_every`` is the validation interval of the early-stopping diagnosis
+    (:func:`early_stopping_settings`).
+    """
+
+    data: DataConfig
+    third: VisionModelConfig
+    image_tower: ImageTowerConfig
+    text_tower: TextTowerConfig
+    embed_dim: int = 128
+    train_styles: tuple[Literal["google", "twitter"], ...] = ("google",)
+    loss: LossConfig = field(default_factory=lambda: LossConfig(temperature=0.07, learnable=True))
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    weights: tuple[float, ...] = (0.5, 2.0)
+    alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    augment: bool = True
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+    ablation_seeds: int = 1
+    diagnosis_eval_every: int = 25
+
+    def __post_init__(self) -> None:
+        if self.embed_dim <= 0:
+            raise ValueError(f"embed_dim must be a positive integer, got {self.embed_dim}")
+        if any(not 0.0 <= a <= 1.0 for a in self.alphas):
+            raise ValueError(f"alphas must lie in [0, 1] (a convex combination), got {list(self.alphas)}")
+        if any(w < 0 for w in self.weights):
+            raise ValueError(f"weights must be >= 0, got {list(self.weights)}")
+        if not self.train_styles:
+            raise ValueError("train_styles must name at least one drawing style")
+        if self.ablation_seeds < 0:
+            raise ValueError(f"ablation_seeds must be >= 0, got {self.ablation_seeds}")
+        if self.diagnosis_eval_every < 1:
+            raise ValueError(f"diagnosis_eval_every must be >= 1, got {self.diagnosis_eval_every}")
+
+
+def load_config(name: str = "small", overrides: dict | None = None) -> Config:
+    """``small`` / ``full`` of ``notebooks/configs/three_towers.yaml`` (or a YAML path), validated."""
+    return configs.load(NAME, name, Config, overrides)
+
+
+def benchmark(cfg: Config) -> Benchmark:
+    """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
+    return datasets.build_benchmark(cfg.data)
+
+
+def training_pairs(cfg: Config, bench: Benchmark) -> list:
+    """The training image-caption sets: every drawing style of ``train_styles`` (emoji), or the pairs."""
+    if cfg.data.corpus != "emoji":
+        return [bench.train]
+    return [bench.train if style == cfg.data.train_style else
+            datasets.emoji_pairs("train", style, cfg.data.captions, cfg.data.limit) for style in cfg.train_styles]
+
+
+def _image_sets(cfg: Config, bench: Benchmark) -> list:
+    return [*training_pairs(cfg, bench), bench.val, bench.retrieval, *bench.zero_shot]
+
+
+def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
+    """Every feature the chapter reads: the third tower's p(I) of every image set (training styles,
+    validation, retrieval, each zero-shot set). The towers f and g read pixels and tokens, not features."""
+    plan = features.Plan()
+    for images in _image_sets(cfg, bench):
+        plan.add(features.image(cfg.third, images, dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows))
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# The towers' inputs, resident: pixels (uint8), tokens and the cached p(I)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Inputs:
+    """What the runs train and test on: one dict of tensors per set (``pixels``, ``third`` and, for
+    pairs, ``input_ids`` / ``attention_mask``), which ``lib.core.train.fit`` slices into batches."""
+
+    train: dict[str, torch.Tensor]
+    val: dict[str, torch.Tensor]
+    retrieval: dict[str, torch.Tensor]
+    test: dict[str, dict[str, torch.Tensor]]
+    tokenizer: object
+    train_names: tuple[str, ...]
+
+    @property
+    def third_dim(self) -> int:
+        return int(self.train["third"].shape[1])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.vocab_size)
+
+
+def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=None) -> Inputs:
+    """Pixels at the image tower's resolution, tokenised captions and p(I) from the materialised plan."""
+    tokenizer = tokenizer or tt.load_tokenizer(cfg.text_tower.tokenizer)
+    cache: dict[str, dict] = {}
+
+    def tensors(images, captions: bool) -> dict[str, torch.Tensor]:
+        key = f"{images.name}:{captions}"
+        if key not in cache:
+            out = {"pixels": tt.pixels(images.load_image, len(images), cfg.image_tower.image_size),
+                   "third": found.tensor(f"image:{cfg.third.name}:{images.name}")}
+            if captions:
+                out.update(tt.tokenize(tokenizer, images.captions, cfg.text_tower.context))
+            cache[key] = out
+        return cache[key]
+
+    parts = [tensors(p, True) for p in training_pairs(cfg, bench)]
+    train = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return Inputs(train=train, val=tensors(bench.val, True), retrieval=tensors(bench.retrieval, True),
+                  test={s.name: {k: v for k, v in tensors(s, False).items()} for s in bench.zero_shot},
+                  tokenizer=tokenizer, train_names=tuple(p.name for p in training_pairs(cfg, bench)))
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
+def build(cfg: Config, data: Inputs, variant: str, **options) -> ThreeTowers:
+    """A fresh method from the config; ``options``: ``weight``, ``terms``, ``headless``."""
+    return ThreeTowers(variant, third_dim=data.third_dim, vocab_size=data.vocab_size, image_tower=cfg.image_tower,
+                       text_tower=cfg.text_tower, embed_dim=cfg.embed_dim, loss=cfg.loss, augment=cfg.augment,
+                       **options)
+
+
+def test_sets(bench: Benchmark) -> list:
+    """The zero-shot sets that test transfer (every set but the seen-concept ceiling)."""
+    return [s for s in bench.zero_shot if not s.name.startswith("emoji-seen")]
+
+
+# ImageNet-1k, the third tower's pretraining labels, names animals, foods, vehicles, buildings and everyday
+# objects; it has no class for a flag, a symbol, a facial expression or a hand gesture. The emoji groups
+# on either side of that line (activities, half sports gear and half events, are on neither side):
+COVERED = ("animals & nature", "food & drink", "travel & places", "objects")
+NOT_COVERED = ("flags", "symbols", "smileys & emotion", "people & body")
+
+
+def concept_groups(labelled) -> list[str] | None:
+    """The CLDR group of each image of an emoji set (None for other sets)."""
+    if labelled.source.get("dataset") != "emoji":
+        return None
+    from lib.data import emoji
+
+    groups = {c.key: c.group for c in emoji.load_concepts()}
+    return [groups[i.split("/")[0]] for i in labelled.ids]
+
+
+@torch.no_grad()
+def group_accuracy(cfg: Config, data: Inputs, method: ThreeTowers, labelled) -> dict[str, float]:
+    """Top-1 (over all classes of the set) of the images whose concept ImageNet-1k covers, and of those it
+    does not (:data:`COVERED`, :data:`NOT_COVERED`); empty for a set that is not emoji."""
+    groups = concept_groups(labelled)
+    if groups is None:
+        return {}
+    from lib.core.evaluate import zero_shot_classifier
+
+    method.eval()
+
+    def encode_text(texts):
+        tokens = tt.tokenize(data.tokenizer, texts, cfg.text_tower.context)
+        return tt.embed_in_batches(method.embed_text, tokens["input_ids"], tokens["attention_mask"])
+
+    images = data.test[labelled.name]
+    classifier = zero_shot_classifier(encode_text, labelled.classnames, labelled.templates)
+    image = tt.embed_in_batches(method.embed_image, images.get("pixels"), images.get("third"))
+    hit = ((image @ classifier.T).argmax(1) == torch.as_tensor(labelled.labels)).float()
+    out = {}
+    for name, kept in (("covered", COVERED), ("not_covered", NOT_COVERED)):
+        rows = torch.tensor([g in kept for g in groups])
+        out[f"{labelled.name}/acc1_{name}"] = float(hit[rows].mean())
+    return out
+
+
+def evaluate(cfg: Config, bench: Benchmark, data: Inputs, method: ThreeTowers) -> dict[str, float]:
+    """Zero-shot on every labelled set, retrieval on the unseen pairs, the headline set split by whether
+    ImageNet-1k covers its concepts, and two summaries: the mean R@1 of both retrieval directions and the
+    mean top-1 over the test sets (the seen-concept ceiling left out)."""
+    row: dict[str, float] = {}
+    for labelled in bench.zero_shot:
+        found = tt.zero_shot(method, data.test[labelled.name], labelled, data.tokenizer, cfg.text_tower.context)
+        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
+    row.update(group_accuracy(cfg, data, method, bench.zero_shot[0]))
+    found = tt.retrieval(method, data.retrieval, data.retrieval)
+    row.update({f"retrieval/{k}": v for k, v in found.items()})
+    row["retrieval/mean_recall@1"] = sum(row[k] for k in RETRIEVAL_R1) / 2
+    tests = test_sets(bench)
+    row["zero_shot_average"] = sum(row[f"{s.name}/acc1"] for s in tests) / len(tests)
+    return row
+
+
+def early_stopping_settings(cfg: Config) -> TrainSettings:
+    """The diagnosis: the same budget, validated every ``diagnosis_eval_every`` steps, the lowest
+    validation loss kept (what this chapter did before it kept the final weights)."""
+    return dataclasses.replace(cfg.train, eval_every=cfg.diagnosis_eval_every)
+
+
+def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str, seed: int = 0,
+                       label: str | None = None, settings: TrainSettings | None = None,
+                       **options) -> tuple[dict, object, ThreeTowers]:
+    """Train one method for the config's budget, then evaluate it.
+
+    With ``eval_every = steps`` (the configs) the validation loss is measured once, at the end, and the final
+    weights are kept; ``settings`` (e.g. :func:`early_stopping_settings`) replaces ``cfg.train``. Returns the
+    run's row (for :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the method.
+    """
+    seed_everything(seed)
+    method = build(cfg, data, variant, **options)
+    result = fit(method, data.train, data.val, settings or cfg.train, seed=seed, device=cfg.device, progress=False)
+    method.to("cpu")
+    evaluations = [r["step"] for r in result.history if r["val_loss"] is not None]
+    row = {"method": label or variant, "variant": variant, "seed": seed, "best_step": result.best_step,
+           "first_eval": evaluations[0] if evaluations else None, "steps_run": result.steps_run,
+           "val_loss": result.best_val_loss, "temperature": round(method.criterion.temperature, 4),
+           "train_s": round(result.seconds, 1)}
+    row.update(evaluate(cfg, bench, data, method))
+    return row, result, method
+
+
+def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs, seed: int):
+    """Each main method trained again with validation every ``diagnosis_eval_every`` steps and the lowest
+    validation loss kept, beside the fixed-budget run of the same seed. Returns (table, validation curves)."""
+    import pandas as pd
+
+    rows, curves = [], {}
+    for variant in tt.VARIANTS:
+        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg))
+        curves[variant] = result.history_frame().dropna(subset=["val_loss"])
+        fixed = runs.where(method=variant, seed=seed).rows[0]
+        rows.append({"method": variant, "first evaluation": row["first_eval"], "step kept": row["best_step"],
+                     **{f"{what}, {label}": f"{100 * r[key]:.1f}" for key, what in
+                        ((f"{bench.zero_shot[0].name}/acc1", "unseen top-1 %"), ("retrieval/mean_recall@1", "R@1 %"))
+                        for label, r in (("lowest val loss", row), ("fixed budget", fixed))}})
+    return pd.DataFrame(rows).set_index("method"), curves
+
+
+def ablations(cfg: Config) -> list[tuple[str, dict]]:
+    """The paper's 3T ablations as (label, options): the loss weights, leave-one-out, headless."""
+    out = [(f"3t, w = {w:g}", {"weight": w}) for w in cfg.weights]
+    out += [(f"3t without L_{dropped}", {"terms": [t for t in tt.TERMS if t != dropped]}) for dropped in tt.TERMS]
+    return out + [("3t headless", {"headless": True})]
+
+
+def alpha_sweep(cfg: Config, bench: Benchmark, data: Inputs, headless: ThreeTowers, seed: int) -> list[dict]:
+    """The headless model evaluated with image embedding ``alpha * h + (1 - alpha) * f`` for each alpha."""
+    rows = []
+    for alpha in cfg.alphas:
+        headless.alpha = alpha
+        rows.append({"alpha": alpha, "seed": seed, **evaluate(cfg, bench, data, headless)})
+    headless.alpha = 0.0
+    return rows
+
+
+def shown_metrics(bench: Benchmark) -> dict[str, str]:
+    """The metrics the chapter's tables show, with their labels (the full config has no emoji sets)."""
+    labels = {"emoji-unseen-google": "unseen emoji", "emoji-unseen-twitter": "unseen emoji, other style",
+              "fashion-mnist": "Fashion-MNIST", "emoji-seen-google": "seen emoji (ceiling)"}
+    out = {f"{s.name}/acc1": f"{labels.get(s.name, s.name)} top-1" for s in bench.zero_shot}
+    out.update({"retrieval/image_retrieval_recall@1": "text→image R@1",
+                "retrieval/text_retrieval_recall@1": "image→text R@1"})
+    return out
+
+
+def chance(bench: Benchmark) -> dict[str, float]:
+    """Chance level of each zero-shot set (one over its classes) and of retrieval (one over its images)."""
+    return {**{s.name: 1 / len(s.classnames) for s in bench.zero_shot}, "retrieval": 1 / len(bench.retrieval)}
+
+
+def chance_checks(bench: Benchmark, runs: Runs) -> list[dict]:
+    """Each main method on each test set against chance, by :data:`lib.core.results.RULE`."""
+    levels, out = chance(bench), []
+    for variant in tt.VARIANTS:
+        for s in test_sets(bench):
+            comparison = versus(runs.values(f"{s.name}/acc1", method=variant), levels[s.name])
+            out.append({"method": variant, "set": s.name, "top-1 %": comparison.a.text(), "chance %":
+                        f"{100 * levels[s.name]:.2f}", "above chance": {"a": "yes", "b": "below", "tie": "no",
+                                                                         "unknown": "too few seeds"}[comparison.outcome]})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Claims and findings (verdicts by lib.core.results.RULE)
+# --------------------------------------------------------------------------------------------
+TABLE2 = "§4.1, Table 2 (L scale, IN-21k third tower, unfiltered WebLI; top-1 recall)"
+TABLE3 = "§4.2, Table 3 (IN-21k third tower, L scale, unfiltered WebLI)"
+
+
+def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
+    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``)."""
+    retrieval, headline = "retrieval/mean_recall@1", bench.zero_shot[0].name
+    out = [
+        Claim("3t_beats_scratch_retrieval", "3T beats the from-scratch baseline on retrieval (mean R@1 of both "
+              "directions)", TABLE2, runs.compare(retrieval, {"method": "3t"}, {"method": "scratch"}),
+              ("3T", "from scratch"), paper_value="COCO image→text 54.4 vs 51.0, text→image 37.7 vs 34.2; "
+              "Flickr 80.0 vs 75.6, 60.9 vs 57.1"),
+        Claim("3t_beats_scratch_average", "3T beats the from-scratch baseline on average classification accuracy "
+              f"(zero-shot top-1 averaged over {', '.join(s.name for s in test_sets(bench))})", TABLE3,
+              runs.compare("zero_shot_average", {"method": "3t"}, {"method": "scratch"}), ("3T", "from scratch"),
+              paper_value="average 71.4 vs 68.4"),
+        Claim("3t_beats_lit_retrieval", "3T beats LiT on retrieval (mean R@1 of both directions)", TABLE2,
+              runs.compare(retrieval, {"method": "3t"}, {"method": "lit"}), ("3T", "LiT"),
+              paper_value="COCO image→text 54.4 vs 46.1, text→image 37.7 vs 27.8"),
+    ]
+    if f"{headline}/acc1_covered" in (runs.rows[0] if len(runs) else {}):
+        out += [
+            Claim("lit_beats_3t_where_labels_cover", "LiT is strong where the pretrained model's labels cover the "
+                  "task: LiT beats 3T on unseen emoji of groups ImageNet-1k names (animals, food, places, objects)",
+                  TABLE3 + "; 10-shot linear probes, here zero-shot",
+                  runs.compare(f"{headline}/acc1_covered", {"method": "lit"}, {"method": "3t"}), ("LiT", "3T"),
+                  paper_value="IN-1k 10-shot LiT 79.0 vs 3T 68.0; Birds 83.4 vs 65.0"),
+            Claim("3t_beats_lit_where_labels_do_not_cover", "LiT is weak where they do not: 3T beats LiT on unseen "
+                  "emoji of groups ImageNet-1k has no class for (flags, symbols, faces, people)",
+                  TABLE3 + "; 10-shot linear probes, here zero-shot",
+                  runs.compare(f"{headline}/acc1_not_covered", {"method": "3t"}, {"method": "lit"}), ("3T", "LiT"),
+                  paper_value="Cars 10-shot 3T 84.9, from scratch 81.5, LiT 41.9 (IN-21k has no car brand)"),
+        ]
+    return out
+
+
+def findings(cfg: Config, bench: Benchmark, runs: Runs, found_claims: list[Claim]) -> dict[str, float | bool | None]:
+    """The chapter's headline numbers (means over seeds, fractions) for metrics.json and the results page, and
+    each claim's outcome as ``<claim id>``: True when the paper's side is clearly ahead by the one rule."""
+    headline, levels = bench.zero_shot[0].name, chance(bench)
+    out: dict[str, float | bool | None] = {}
+    for variant in tt.VARIANTS:
+        where = {"method": variant}
+        out[f"{variant}/unseen_acc1"] = runs.summary(f"{headline}/acc1", **where).mean
+        out[f"{variant}/retrieval_r1"] = runs.summary("retrieval/mean_recall@1", **where).mean
+        out[f"{variant}/zero_shot_average"] = runs.summary("zero_shot_average", **where).mean
+        for s in test_sets(bench)[1:]:
+            out[f"{variant}/{s.name}/acc1"] = runs.summary(f"{s.name}/acc1", **where).mean
+        for part in ("covered", "not_covered"):
+            out[f"{variant}/unseen_acc1_{part}"] = runs.summary(f"{headline}/acc1_{part}", **where).mean
+    out["chance_unseen"], out["chance_retrieval"] = levels[headline], levels["retrieval"]
+    for claim in found_claims:
+        out[claim.id] = claim.comparison.outcome == claim.expected
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The method diagram, read from a built model
+# --------------------------------------------------------------------------------------------
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
+
+
+def diagram(method: ThreeTowers, third_name: str = "p", ax=None):
+    """Draw the method as built: its towers, heads and loss terms, each box saying whether it trains
+    (and how many parameters) or is frozen. Everything is read from ``method``; ``third_name`` labels p."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 4.6))
+    counts, at, heads = method.parameter_counts(), {}, hasattr(method, "f_h")
+
+    def box(name, x, y, text, frozen=False, dropped=False):
+        style = dict(boxstyle="round,pad=0.08", linewidth=1.4, linestyle="--" if dropped else "-", zorder=2,
+                     facecolor="#e0e0e0" if frozen else "#cfe3f7", edgecolor="#555" if frozen else "#1f5f99")
+        ax.add_patch(FancyBboxPatch((x - 0.9, y - 0.32), 1.8, 0.64, **style))
+        ax.text(x, y, text, ha="center", va="center", fontsize=8.5, zorder=3)
+        at[name] = (x, y)
+
+    def arrow(a, b):
+        (x0, y0), (x1, y1) = at[a], at[b]
+        ax.annotate("", xy=(x1 - 0.93, y1), xytext=(x0 + 0.93, y0),
+                    arrowprops=dict(arrowstyle="->", color="#444", lw=1.1), zorder=1)
+
+    def trained(name):
+        return f"trained · {_count(counts[name][0])} params"
+
+    box("I", 0.95, 4.15, "image I (pixels)", frozen=True)
+    box("T", 0.95, 1.0, "text T (word pieces)", frozen=True)
+    if hasattr(method, "f"):
+        box("f", 3.1, 3.4, f"f: image tower, L2-normed\n{trained('f')}")
+        arrow("I", "f")
+    if hasattr(method, "h"):
+        box("p", 3.1, 4.9, f"p: {third_name.split('/')[-1]}\nfrozen · cached features", frozen=True)
+        box("h", 5.3, 4.9, f"h = linear(p(I))\n{trained('h')}", dropped=method.variant == "3t")
+        arrow("I", "p")
+        arrow("p", "h")
+    box("g", 3.1, 1.0, f"g: text tower, L2-normed\n{trained('g')}")
+    arrow("T", "g")
+    if heads:
+        for name, y, source in (("h_f", 4.9, "h"), ("f_h", 3.4, "f"), ("h_g", 2.2, "h"), ("g_h", 1.0, "g")):
+            box(name, 7.5, y, f"{name} = norm(linear(·))\n{trained(name)}", dropped=True)
+            arrow(source, name)
+    spots = {"fg": (5.3, 2.2, "f", "g", "f↔g"), "hg": (9.5, 2.8, "h", "g", "h↔g"),
+             "fh": (9.5, 4.15, "f_h", "h_f", "f_h↔h_f") if heads else (9.5, 4.15, "f", "h", "f↔h"),
+             "gh": (9.5, 1.6, "g_h", "h_g", "g_h↔h_g") if heads else (9.5, 1.6, "g", "h", "g↔h")}
+    terms = method.terms if method.variant == "3t" else (("fg",) if method.variant == "scratch" else ("hg",))
+    for term in terms:
+        x, y, a, b, label = spots[term]
+        ax.add_patch(plt.Circle((x, y), 0.42, facecolor="#fde8c8", edgecolor="#b36b00", lw=1.4, zorder=2))
+        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=3)
+        for end in (a, b):
+            ax.plot([at[end][0] + 0.93, x - 0.42], [at[end][1], y], color="#b36b00", lw=1.0, zorder=1)
+    tau = "learned" if counts["criterion"][0] else "fixed"
+    ax.set_title(f"{method.variant}{' (headless)' if method.headless else ''}: {method.formula()}, one shared "
+                 f"{tau} temperature" + ("; dashed: discarded after training" if method.variant == "3t" else ""),
+                 fontsize=10)
+    ax.set(xlim=(0, 10.1), ylim=(0.5, 5.4))
+    ax.axis("off")
+    return ax

@@ -1,0 +1,50 @@
+"""Every image the book opens goes through :func:`open_image`: one clear error naming the file and the fix.
+
+Why: a damaged file deep inside a dataset otherwise surfaces as a bare PIL exception, sometimes without
+a path, halfway through a feature pass. Here the error names the file, says why it cannot be read,
+and says what to do (for an extracted corpus, the command that extracts it again). Very large images
+(some clip-art PNGs are hundreds of megapixels, past PIL's decompression-bomb guard) are refused with
+the same kind of message unless a pixel cap says how to shrink them. See notebooks/sharelock.py,
+section "The data".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+__all__ = ["BadImageError", "open_image"]
+
+
+class BadImageError(ValueError):
+    """An image file that cannot be read; the message names the file and the fix."""
+
+
+def open_image(path: str | Path, *, mode: str | None = None, fix: str | None = None,
+               max_pixels: int | None = None) -> Image.Image:
+    """The image at ``path``, fully decoded (the file is closed again), optionally converted to ``mode``.
+
+    ``fix``: what to tell the reader when the file is damaged (default: remove or replace it).
+    ``max_pixels``: images larger than this are reduced while decoding (JPEG draft mode) or after it
+    (``thumbnail``) to at most that many pixels; without it, PIL's decompression-bomb limit applies.
+    """
+    path = Path(path)
+    remedy = fix or "remove it or replace it with a readable copy"
+    try:
+        with Image.open(path) as handle:
+            if max_pixels and handle.width * handle.height > max_pixels:
+                scale = (max_pixels / (handle.width * handle.height)) ** 0.5
+                handle.draft(handle.mode, (max(1, int(handle.width * scale)), max(1, int(handle.height * scale))))
+            handle.load()
+            image = handle.copy()
+    except FileNotFoundError:
+        raise BadImageError(f"{path} does not exist: {remedy}") from None
+    except Image.DecompressionBombError as error:
+        raise BadImageError(f"{path} is too large to decode safely ({error}): pass max_pixels to shrink it "
+                            "while reading, or drop the file") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise BadImageError(f"{path} is not a readable image ({type(error).__name__}: {error}): {remedy}") from None
+    if max_pixels and image.width * image.height > max_pixels:
+        scale = (max_pixels / (image.width * image.height)) ** 0.5
+        image.thumbnail((max(1, int(image.width * scale)), max(1, int(image.height * scale))))
+    return image.convert(mode) if mode and image.mode != mode else image

@@ -1,0 +1,156 @@
+"""The library's architecture, checked: layers, no import cycles, small modules, one chapter protocol,
+and no reference to a file the repository does not have (book/design.md, "Layers")."""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "lib"
+# layer -> the layers its modules may import (besides their own)
+ALLOWED = {
+    "core": {"core"},
+    "data": {"core", "data"},
+    "nn": {"core", "nn"},
+    "methods": {"core", "nn", "methods"},
+    "chapters": {"core", "data", "nn", "methods", "chapters"},
+    "precompute": {"core", "chapters", "data", "precompute"},
+}
+MAX_LINES = 470  # "no module over ~450 lines"
+
+
+def modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of lib."""
+    out = {}
+    for path in sorted(LIB.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "root"
+
+
+def imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """The lib modules a file imports (``from lib.x import y`` counts ``lib.x`` and ``lib.x.y`` if a module)."""
+    known = modules()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("lib.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("lib"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known}
+    return {m for m in found if m in known and m != "lib"}
+
+
+def test_each_layer_imports_only_the_layers_above_it():
+    bad = []
+    for name, path in modules().items():
+        own = layer(name)
+        if own == "root":
+            continue
+        for target in imports(path):
+            if layer(target) not in ALLOWED[own]:
+                bad.append(f"{name} imports {target}")
+    assert not bad, "layer violations (book/design.md, 'Layers'):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("group", ["methods", "chapters"])
+def test_a_method_or_chapter_never_imports_another(group):
+    bad = []
+    for name, path in modules().items():
+        if layer(name) != group or name == f"lib.{group}":
+            continue
+        for target in imports(path):
+            if layer(target) == group and target != f"lib.{group}" and target != name:
+                bad.append(f"{name} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = {name: imports(path, top_level_only=True) for name, path in modules().items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_module_is_over_the_size_limit():
+    big = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
+    over = {k: v for k, v in big.items() if v > MAX_LINES}
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
+
+
+def test_every_chapter_speaks_the_protocol():
+    from lib import chapters
+
+    toc = (ROOT / "_toc.yml").read_text()
+    for name in chapters.NAMES:
+        module = chapters.get(name)
+        for attribute in ("NAME", "Config", "load_config", "benchmark", "feature_plan", "claims"):
+            assert hasattr(module, attribute), f"lib.chapters.{name} lacks {attribute}"
+        assert module.NAME == name
+        assert f"notebooks/{name}" in toc, f"{name} is not a chapter of _toc.yml"
+        source = (ROOT / "notebooks" / f"{name}.py").read_text(encoding="utf-8")
+        assert f"{name}.feature_plan(" in source and "materialise(" in source, (
+            f"notebooks/{name}.py must read its features through {name}.feature_plan and materialise")
+
+
+# --- no reference to a file outside the repository -------------------------------------------------------
+PATH = re.compile(r"(?<![\w/.-])((?:lib|tests|tools|bench|book|notebooks|data_manifests|\.ci)/[\w./-]*\w)")
+IGNORED_PREFIXES = ("book/metrics/", "book/figures/", "bench/results/", "notebooks/runs")
+
+
+def tracked_text_files() -> list[Path]:
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    out = []
+    for name in names:
+        path = ROOT / name
+        if path.suffix in (".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".sh", ".cfg") or path.name in (
+                "Makefile", "run"):
+            if path.is_file():
+                out.append(path)
+    return out
+
+
+def test_no_tracked_file_names_the_design_notes():
+    offenders = [str(p.relative_to(ROOT)) for p in tracked_text_files()
+                 if "DESIGN.md" in p.read_text(encoding="utf-8", errors="replace") and p.name != "test_layout.py"]
+    assert not offenders, f"these files cite DESIGN.md, which is not in the repository: {offenders}"
+
+
+def test_every_repository_path_a_file_names_exists():
+    missing = []
+    for path in tracked_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in PATH.finditer(text):
+            target = match.group(1).rstrip(".")
+            if target.startswith(IGNORED_PREFIXES) or "*" in target or target.endswith(".html"):
+                continue
+            candidate = ROOT / target
+            if not (candidate.exists() or any(Path(f"{candidate}{suffix}").exists() for suffix in (".py", ".md", ".ipynb"))
+                    or (ROOT / target.split(".")[0]).exists()):
+                missing.append(f"{path.relative_to(ROOT)} names {target}")
+    assert not missing, "references to files the repository does not have:\n" + "\n".join(sorted(set(missing)))
