@@ -3,6 +3,7 @@
     python -m lib.precompute --chapter sharelock --config small
     torchrun --nproc_per_node 8 -m lib.precompute --chapter sharelock --config full
     python -m lib.precompute --chapter fdt --list
+    python -m lib.precompute --chapter viterb --config full --overrides "{device: cpu, data: {limit: 16}}"
 
 Why a separate entry point: the paper-scale encodings (563k images through DINOv2, 563k captions through
 Llama-3-8B or Mistral-Nemo) take GPU-hours, which W GPUs divide by W. It runs the chapter's own
@@ -13,6 +14,11 @@ entry, waits at a barrier, and rank 0 then completes each entry (its manifest, a
 and reads every shard under the store's checksum policy. Rows map to shards by a fixed rule and each
 shard is written atomically by one process, so the store is bit-identical to a single-process run
 (tests/test_distributed.py). See book/scale_out.md.
+
+``--overrides`` is the notebooks' ``overrides`` parameter (a YAML mapping merged over the config section), so a
+rehearsal's precompute and its notebook run share their store keys. A ``full`` run first runs the pre-flight
+(``lib.preflight``: data prepared, models reachable, device and disk) and stops with its one line per problem
+before any model is loaded (``--no-preflight`` skips it).
 
 Output (rank 0): one line per entry: its name, store key, rows x dim, and the shards each rank computed
 (the rest were already in the store).
@@ -40,10 +46,10 @@ def _fail(message: str) -> None:
 
 
 def load_plan(chapter: str, config: str = "small", *, limit: int | None = None, only=None,
-              shard_rows: int | None = None) -> tuple[object, Plan]:
+              shard_rows: int | None = None, overrides=None) -> tuple[object, Plan]:
     """The chapter's validated config and its feature plan (the notebook's), or one actionable line."""
     from lib import chapters
-    from lib.core.config import ConfigError
+    from lib.core.config import ConfigError, parameter_overrides
     from lib.data import manifests
 
     if chapter not in chapters.NAMES:
@@ -55,7 +61,8 @@ def load_plan(chapter: str, config: str = "small", *, limit: int | None = None, 
             _fail(f"{flag} {value}: expected a positive number")
     module = chapters.get(chapter)
     try:
-        cfg = module.load_config(config, {"data": {"limit": limit}} if limit else None)
+        merged = parameter_overrides(overrides=overrides, limit=limit)
+        cfg = module.load_config(config, merged or None)
         plan = module.feature_plan(cfg, module.benchmark(cfg))
     except (ConfigError, FileNotFoundError, manifests.DatasetMissingError) as error:
         _fail(f"{chapter} config {config!r}: {error}")
@@ -83,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--shard-rows", type=int, default=None,
                         help="rows per shard of new entries (tokens per shard for token sequences)")
     parser.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK if CUDA is available, else cpu")
+    parser.add_argument("--overrides", default=None, metavar="YAML",
+                        help='a YAML mapping merged over the config section, as the notebooks\' `overrides` parameter '
+                             '(e.g. "{device: cpu, train: {steps: 2}}"): the keys are then the notebook\'s')
+    parser.add_argument("--no-preflight", action="store_true", help="skip the pre-flight of a full config")
     parser.add_argument("--report", default=None, metavar="JSON",
                         help="rank 0 also writes the summary as JSON: per entry the shards each rank computed")
     return parser
@@ -115,10 +126,20 @@ def _barrier(world: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1" if args.config in ("small", "medium") else "0")
-    cfg, plan = load_plan(args.chapter, args.config, limit=args.limit, only=args.only, shard_rows=args.shard_rows)
+    cfg, plan = load_plan(args.chapter, args.config, limit=args.limit, only=args.only, shard_rows=args.shard_rows,
+                          overrides=args.overrides)
     if args.list:
         print("\n".join(plan.names()))
         return 0
+    if args.config == "full" and not args.no_preflight:
+        from lib import preflight
+
+        report = preflight.check(args.chapter, args.config, overrides=args.overrides, store_root=args.store,
+                                 device=args.device)
+        if not report.ok:
+            _fail("\n".join(report.lines()))
+        if distributed.env_rank() == 0:
+            print("\n".join(report.lines()), flush=True)
     from lib.core import paths
 
     store = FeatureStore(args.store or paths.store_dir(), verify=cfg.store.verify)

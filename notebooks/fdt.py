@@ -224,7 +224,7 @@ display(init_table.style.hide(axis="index").format({"temperature": "{:g}", "acti
 # 2. relevance of code `c_i`: `r_i = max_j s·⟨q_j, c_i⟩` over real tokens only, with
 #    `s = 1/(√d · T)` in the official code (the paper's Eqs. 4 and 6 have no `s`);
 # 3. weights `w = sparsemax(r)`, computed in float32 even under bf16 autocast (in bfloat16 a
-#    sparsemax over 16,384 codes misses a sum of 1 by about 2 %), and embedding `normalize(w @ C)`;
+#    sparsemax over 16,384 codes misses a sum of 1 by up to a few percent), and embedding `normalize(w @ C)`;
 # 4. CLIP's symmetric InfoNCE with a learnable logit scale, its logarithm clamped to [3, 6] as in
 #    the official training loop (a scale between e³ ≈ 20 and the cap of 100).
 #
@@ -405,8 +405,8 @@ plt.tight_layout()
 #   best real word scores below 0 gets relevance 0 instead of its true (negative) value. With
 #   sparsemax this matters only while the threshold τ is below 0: a code with a negative relevance is
 #   never in the support when τ > 0, so its weight is 0 either way. Here {glue:md}`zero_padding_same`.
-#   At a temperature that keeps every code on (the official
-#   one at 256 codes), τ lies below every relevance and padding can change the weights.
+#   At a temperature that keeps every code on (the official one at 256 codes), τ lies below every
+#   relevance and padding can change the weights.
 # * **The paper's formula as written** (no `1/√d`, no temperature): with a `randn` codebook the
 #   relevances of an item span several units at initialisation, sparsemax gives one code all the
 #   weight, and a one-hot sparsemax has zero gradient: the head cannot learn.
@@ -418,7 +418,8 @@ plt.tight_layout()
 #   {glue:md}`logit_scales`, near the lower bound e³ ≈ 20.1.
 # * **Loss.** The official loss averages the image→text and text→image cross-entropies; the
 #   paper's Eq. 11 sums them. The factor 2 scales the loss and its gradients, which Adam's updates
-#   do not see; `lib.nn.losses.clip_loss` averages, as the code does.
+#   hardly see (they are invariant to a constant gradient scale up to `eps`);
+#   `lib.nn.losses.clip_loss` averages, as the code does.
 
 # %%
 variants = ["FDT"] + [v.name for v in cfg.variants]
@@ -492,7 +493,9 @@ with pd.option_context("display.max_colwidth", None):
 
 # %% tags=["remove-cell"]
 findings = fdt.findings(cfg, bench, runs, init_rows)
-notebook.glue("runtime", f"{(time.time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads", markdown=True)
+elapsed = time.time() - started
+notebook.glue("runtime", (f"{elapsed:.0f} seconds" if elapsed < 120 else f"{elapsed / 60:.0f} minutes")
+              + f" on {torch.get_num_threads()} CPU threads", markdown=True)
 notebook.glue("init_paper_real", f"{100 * findings['init_active_fraction_paper_size']:.0f} %", markdown=True)
 notebook.glue("init_official_small", f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
               markdown=True)

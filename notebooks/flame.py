@@ -82,7 +82,7 @@ except ModuleNotFoundError:
 
 # %% tags=["parameters"]
 config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's LLM and data, GPU)
-limit = None  # keep only the first N training pairs; None = data.limit of the config
+limit = None  # keep only the first N training pairs (None: data.limit of the config)
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: seed 0 only, no loss comparison, only the 1-facet ablation (the tests' run)
 output_dir = "runs/flame"  # where metrics.json is written
@@ -101,7 +101,7 @@ from lib.chapters import flame
 from lib.core import config as configs
 from lib.core import features, notebook, paths
 from lib.core.facets import clean_caption
-from lib.core.results import RULE, Runs, compare, write_metrics
+from lib.core.results import RULE, Runs, compare, versus, write_metrics
 from lib.core.store import FeatureStore
 from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, Flame, official_caption
 
@@ -379,7 +379,18 @@ if cfg.compare_losses and not quick:
     for seed in cfg.seeds:
         for loss in [name for name in LOSSES if name != cfg.loss]:
             runs.add(flame.train_and_evaluate(cfg, bench, feats, "flame", seed, loss=loss)[0])
-runs.where(method="flame", facets=K).table(list(labels), by=["loss"], labels=labels).set_index("loss").T
+hub = {**labels, "retrieval/hub_share": "captions whose nearest image is the top hub"}
+runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).set_index("loss").T
+
+# %% [markdown]
+# The last row measures *hubness*: the share of the unseen captions whose nearest image is the one image
+# retrieved most often (one caption in 381 would be 0.3 %). A loss that lets one image sit close to every
+# caption makes text→image retrieval return that image for most captions, whatever they say; then R@1 can
+# take the same value on every seed (the hub's own caption, plus a few), as the table of degenerate results
+# below lists when it happens. InfoNCE's text-to-image term (a softmax over the images of the batch for each
+# caption) penalises such an image; the sigmoid loss scores every pair on its own, and with its bias of −10
+# and scale of 10 a negative pair costs little even at a high cosine (0.9 is still a logit of −1), so 90
+# steps push a hub away only slowly. This run: {glue:md}`hubs`.
 
 # %% [markdown]
 # ## Multilingual zero-shot
@@ -430,10 +441,13 @@ if len(coincidences):
     display(coincidences.set_index("results"))
 
 # %% [markdown]
-# The table above, when it is not empty, lists the results whose means agree to the shown digit, with the
-# values of every seed: where the seeds differ, the tie is a coincidence of a coarse metric (a seed's R@1
-# among 381 moves in steps of 0.26 points, a mean over three seeds in steps of 0.09); where they are
-# identical, the two settings did not change anything the metric can see.
+# The table above (`lib.chapters.flame.coincidences`), when it is not empty, lists the results that look
+# degenerate, with the values of every seed: two settings whose means agree to the shown digit, and a
+# metric with one value on every seed. Where the seeds differ, a tie is a coincidence of a coarse metric (a
+# seed's R@1 among 381 moves in steps of 0.26 points, a mean over three seeds in steps of 0.09). A value
+# repeated on every seed is either a small count near chance (1.0 % is 4 correct answers of 381, 0.3 % is
+# one, and chance is 0.26 %) or a sign that the seed did not change what the metric sees (the hub images of
+# the sigmoid loss, above: the same hub on every seed, its own caption and one more retrieved).
 #
 # How to read the comparisons:
 #
@@ -456,7 +470,8 @@ if len(coincidences):
 #   paper's seven on long photo descriptions (minor objects, actions, atmosphere) are not.
 # * **The two losses**: the sigmoid loss starts with a bias of −10, i.e. every pair predicted
 #   negative, and spends its first steps undoing it; with 90 steps on 400 pairs it is far from
-#   converged, so this compares the losses at this budget, not at the official one.
+#   converged (and lets hub images form, above), so this compares the losses at this budget, not at the
+#   official one.
 # * **Multilingual**: an English-trained projector classifying with German or Japanese labels works only
 #   as far as the frozen text model places translations near each other. Read each language against the
 #   same model's English column.
@@ -510,10 +525,18 @@ findings.update({"equivalence_max_abs_diff": equivalence_gap,
                  "facet_mean_cosine": facet_cosine})
 findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_separate": r["speedup_vs_separate"] for r in speed["results"]})
 findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_stacked": r["speedup_vs_stacked"] for r in speed["results"]})
+hub_text = "; ".join(f"{name}: {runs.summary('retrieval/hub_share', method='flame', facets=K, loss=name).text()} %"
+                     for name in LOSSES if runs.where(method="flame", facets=K, loss=name))
+notebook.glue("hubs", hub_text, markdown=True)
 notebook.glue("runtime", f"{(time.time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads",
               markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})" for c in claims]
+box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})"
+        + (f"; measured: {c.diagnosis}" if c.diagnosis else "") for c in claims]
+if locales:
+    above = versus(runs.values("labels:other/acc1", **flame.main_setting(cfg)), chance["zero-shot"])
+    box += [f"- FLAME with the {', '.join(locales[1:])} labels against chance: "
+            f"{above.says('FLAME', 'chance')}"]
 box += [f"- zero-shot with the paper's one short-text prompt vs the average of all facets: {rule_sentence}",
         f"- facet-decoupled attention equals {K} separate passes (max difference {equivalence_gap:.0e}); "
         f"one pass is {min(r['speedup_vs_separate'] for r in speed['results']):.1f}–"

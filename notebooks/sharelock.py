@@ -83,6 +83,7 @@ limit = None  # keep only the first N training concepts (tests); None = the whol
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: train only the main pair (a first look; the tests' rerun)
 output_dir = "runs/sharelock"  # where metrics.json is written
+overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
 import inspect
@@ -102,6 +103,7 @@ from lib.core.evaluate import zero_shot
 from lib.core.results import RULE, Runs, write_metrics
 from lib.core.store import FeatureStore
 from lib.data import emoji
+from lib.preflight import require
 from lib.nn.heads import ShareLockHead
 
 started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure style
@@ -114,7 +116,10 @@ started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure sty
 # stops here with one line naming the field, not an hour into a precompute.
 
 # %%
-cfg = sharelock.load_config(config, configs.parameter_overrides(seeds=seeds, limit=limit))
+changes = configs.parameter_overrides(seeds=seeds, limit=limit, overrides=overrides)
+cfg = sharelock.load_config(config, changes)
+if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
+    require("sharelock", config, overrides=changes)
 vision_main, text_main = cfg.vision[0], cfg.text[0]
 print(f"config {config!r}: {len(cfg.vision)} vision x {len(cfg.text)} text models, seeds {list(cfg.seeds)}")
 print(f"main pair: {vision_main.name} + {text_main.name} ({text_main.pooling}, layer {text_main.layer})")
@@ -289,7 +294,7 @@ for claim in claims:
 #   chance, and the **shuffled-caption control**, which trains the same head on broken pairs and must
 #   fall to chance: {glue:md}`control`.
 # * **MLP vs linear.** The paper's MLP against a single linear map on identical features.
-# * **Decoder vs encoder** (a first taste of the ViTeRB chapter): Gemma 3 270M (last token) against
+# * **Decoder vs encoder** (a first taste of the [ViTeRB chapter](viterb.ipynb)): Gemma 3 270M (last token) against
 #   all-MiniLM-L6-v2 (mean). The paper finds decoders ahead *at the 7–8B scale*; at 270M it need not
 #   hold, and we report what we measure.
 # * **Vision model**: EfficientNet-Lite0 (an ImageNet classifier) against DINOv2-S/14, the paper's
@@ -424,8 +429,7 @@ findings = sharelock.findings(cfg, bench, runs)
 main = runs.where(text=sharelock.short(text_main.name), vision=sharelock.short(vision_main.name), head="mlp")
 control = runs.summary(f"{headline}/acc1", text=sharelock.short(text_main.name),
                        vision=sharelock.short(vision_main.name), head="mlp", control="shuffled captions")
-notebook.glue("runtime", f"{(__import__('time').time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads",
-              markdown=True)
+notebook.glue("runtime", notebook.runtime(started), markdown=True)
 notebook.glue("control", f"{control.text()} % against a chance of {100 * chance[headline]:.2f} %", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})" for c in claims]
@@ -437,7 +441,7 @@ path = write_metrics(output_dir, chapter="sharelock", config=config, settings=cf
                             "negatives_per_loss": int(main_result.negatives_per_loss)})
 print(f"wrote {path}")
 
-# %% tags=["remove-cell"]
+# %%
 # NBVAL_CHECK_OUTPUT
 print(f"unseen concepts: {len(bench.zero_shot[0].classnames)}; chance {100 * chance[headline]:.1f} %")
 print(f"ShareLock head beats the shuffled control: {findings['sharelock_unseen_acc1'] > 5 * findings['shuffled_unseen_acc1'] + 0.01}")
@@ -451,7 +455,7 @@ print(f"ShareLock head beats the shuffled control: {findings['sharelock_unseen_a
 #   see what fewer negatives per loss cost.
 # * `lib.core.store.FeatureStore`: point `LIB_CACHE_DIR` at a fast disk and precompute the full config
 #   with `python -m lib.precompute --chapter sharelock --config full`.
-# * The ViTeRB chapter asks the decoder-vs-encoder question systematically.
+# * The [ViTeRB chapter](viterb.ipynb) asks the decoder-vs-encoder question systematically.
 
 # %% [markdown]
 # ## References

@@ -1,5 +1,6 @@
 """Tests of lib.methods.fdt against independent formulas: masking, the official multiply-by-zero padding, the
-embedding, the loss, gradients, and that both heads train with lib.core.train.fit."""
+embedding, the loss and its clamped logit scale, float32 weights under bf16 autocast, chunked relevance,
+gradients, and that both heads train with lib.core.train.fit."""
 from __future__ import annotations
 
 import math
@@ -10,10 +11,22 @@ import torch
 import torch.nn.functional as F
 
 from lib.core.encoders import pool
-from lib.methods.fdt import (OFFICIAL, PAPER, FDTHead, PooledHead, codebook_usage, embed_sequences, make_projector,
-                     relevance)
 from lib.core.sequences import pad_batch
-from lib.core.train import TrainConfig, fit
+from lib.core.train import TrainSettings, fit
+from lib.methods import fdt
+from lib.methods.fdt import (
+    OFFICIAL,
+    OFFICIAL_LOG_SCALE_BOUNDS,
+    PAPER,
+    FDTHead,
+    PooledHead,
+    code_weights,
+    codebook_usage,
+    embed_sequences,
+    make_projector,
+    relevance,
+)
+from lib.nn.sparsemax import sparsemax
 
 DI, DT, K, D = 12, 10, 32, 8
 
@@ -147,6 +160,7 @@ def test_param_groups_decay_matrices_only():
 
 def test_presets_and_bad_inputs():
     assert OFFICIAL["padding"] == "zero" and OFFICIAL["temperature"] == 1000.0 and PAPER["padding"] == "mask"
+    assert OFFICIAL["log_scale_bounds"] == OFFICIAL_LOG_SCALE_BOUNDS == (3.0, 6.0) and PAPER["log_scale_bounds"] is None
     head = FDTHead(DI, DT, num_codes=K, code_dim=D, **OFFICIAL)
     assert head.scale == pytest.approx(1 / math.sqrt(D) / 1000)
     with pytest.raises(ValueError, match="width|tokens"):
@@ -179,7 +193,7 @@ def test_trains_with_lib_train_fit(kind):
     data = {"image": image, "image_mask": torch.ones(n, 5, dtype=torch.bool), "text": text, "text_mask": text_mask}
     torch.manual_seed(0)
     head = (FDTHead(DI, DT, num_codes=K, code_dim=D) if kind == "fdt" else PooledHead(DI, DT, embed_dim=D))
-    result = fit(head, data, data, TrainConfig(steps=30, batch_size=16, lr=1e-2, warmup_steps=0, eval_every=10),
+    result = fit(head, data, data, TrainSettings(steps=30, batch_size=16, lr=1e-2, warmup_steps=0, eval_every=10),
                  progress=False)
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
 
@@ -196,3 +210,134 @@ def test_embed_sequences_batches_like_one_call(tmp_path):
     head = _head().eval()
     out = embed_sequences(head.encode_text, feats, batch_size=2)
     torch.testing.assert_close(out, head.encode_text(*pad_batch(seqs)).detach())
+
+
+# --- the official logit-scale clamp (train_solver.py L339-340, L355-356) ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fdt", "pooled"])
+def test_official_log_scale_bounds_clamp_the_parameter(kind):
+    torch.manual_seed(0)
+    make = (lambda **kw: FDTHead(DI, DT, num_codes=K, code_dim=D, **kw)) if kind == "fdt" else \
+        (lambda **kw: PooledHead(DI, DT, embed_dim=D, **kw))
+    free, clamped = make(), make(log_scale_bounds=OFFICIAL_LOG_SCALE_BOUNDS)
+    assert float(free.criterion.log_scale.detach()) == pytest.approx(math.log(1 / 0.07))  # 2.66, below the official floor
+    batch = _batch()
+    # The first loss lifts the parameter to 3 (scale e^3 = 20.1), so the loss is the InfoNCE at that scale.
+    loss = clamped.loss(batch)
+    assert float(clamped.criterion.log_scale.detach()) == 3.0
+    img = clamped.encode_image(batch["image"])
+    txt = clamped.encode_text(batch["text"], batch["text_mask"])
+    logits = math.exp(3.0) * img @ txt.T
+    labels = torch.arange(len(logits))
+    torch.testing.assert_close(loss, (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2)
+    # Above the ceiling: the parameter is clamped to 6 and the scale then capped at 100 (e^6 = 403).
+    with torch.no_grad():
+        clamped.criterion.log_scale.fill_(9.0)
+    assert float(clamped.criterion.scale.detach()) == pytest.approx(100.0) and float(clamped.criterion.log_scale.detach()) == 6.0
+    # Without bounds nothing is clamped (the paper states no clamp).
+    free.loss(batch)
+    assert float(free.criterion.log_scale.detach()) == pytest.approx(math.log(1 / 0.07))
+
+
+def test_clamped_scale_stays_within_bounds_through_training():
+    g = torch.Generator().manual_seed(3)
+    n = 32
+    text, text_mask = pad_batch([torch.randn(int(k), DT, generator=g) for k in torch.randint(1, 7, (n,), generator=g)])
+    data = {"image": torch.randn(n, 5, DI, generator=g), "text": text, "text_mask": text_mask}
+    torch.manual_seed(0)
+    head = FDTHead(DI, DT, num_codes=K, code_dim=D, log_scale_bounds=(3.0, 3.5))
+    raw, used = [], []
+    original = head.criterion.forward
+
+    def spy(image, text):
+        raw.append(float(head.criterion.log_scale.detach()))  # where the optimiser left it
+        used.append(float(head.criterion.scale.detach().log()))  # what the loss uses, after the clamp
+        return original(image, text)
+
+    head.criterion.forward = spy
+    fit(head, data, None, TrainSettings(steps=40, batch_size=16, lr=0.5, warmup_steps=0, eval_every=10), progress=False)
+    assert used and all(3.0 - 1e-6 <= v <= 3.5 + 1e-6 for v in used)
+    assert any(not 3.0 <= v <= 3.5 for v in raw)  # a large lr pushes it out of bounds: the clamp was needed
+
+
+# --- float32 weights under bf16 autocast ------------------------------------------------------------------------
+
+
+def _official_relevance(rows=4, seed=0):
+    """Relevances as a freshly initialised official-size head (16,384 codes, d 512, T 1000) gives them."""
+    torch.manual_seed(seed)
+    head = FDTHead(768, 512, 16384, 512, **OFFICIAL).eval()
+    with torch.no_grad():
+        return head, head.codes("image", torch.randn(rows, 49, 768)).relevance
+
+
+def test_bf16_sparsemax_misses_the_simplex_and_the_float32_cast_fixes_it():
+    _, r = _official_relevance()
+    low = r.bfloat16()  # what a bf16 matrix product hands over
+    assert (sparsemax(low, -1).float().sum(-1) - 1).abs().max() > 5e-3  # the bug: weights off a sum of 1 by %
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        w = code_weights(low)
+        w32 = code_weights(r)
+    assert w.dtype == w32.dtype == torch.float32
+    assert torch.equal(w, sparsemax(low.float(), -1))  # the same numbers as float32 on the same relevance
+    assert torch.equal(w32, sparsemax(r, -1))
+    torch.testing.assert_close(w.double(), entmax.sparsemax(low.double(), dim=-1), atol=1e-7, rtol=0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(len(r)), atol=1e-6, rtol=0)
+    assert (w > 0).float().mean() < 0.5  # sparse at this size: about 29 % of the codes on
+
+
+def test_head_weights_under_bf16_autocast_are_a_float32_simplex_close_to_float32():
+    head, _ = _official_relevance()
+    x = torch.randn(4, 49, 768, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = head.codes("image", x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = head.codes("image", x)
+    assert low.weights.dtype == low.relevance.dtype == torch.float32
+    torch.testing.assert_close(low.weights.sum(-1), torch.ones(4), atol=1e-6, rtol=0)
+    # The relevance itself comes out of a bf16 product (rounded at 2^-9 relative); the weights then agree with
+    # float32 to a few 1e-5 (mean non-zero weight: ~2e-4) on >= 99 % of the support.
+    torch.testing.assert_close(low.weights, ref.weights, atol=5e-5, rtol=0)
+    assert ((low.weights > 0) == (ref.weights > 0)).float().mean() > 0.99
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        head.train()
+        loss = head.loss({"image": x, "text": torch.randn(4, 7, 512)})
+    loss.backward()
+    assert torch.isfinite(head.codebook.grad).all() and head.codebook.grad.abs().sum() > 0
+
+
+# --- chunked relevance and the official padding under sparsemax -------------------------------------------------
+
+
+def test_relevance_in_row_chunks_equals_one_pass(monkeypatch):
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(9, 6, D, generator=g, requires_grad=True)
+    codebook = torch.randn(K, D, generator=g, requires_grad=True)
+    mask = torch.rand(9, 6, generator=g) > 0.3
+    mask[:, 0] = True
+    for padding in ("mask", "zero"):
+        r, index = relevance(q, codebook, mask, padding=padding, scale=0.3)
+        grads = torch.autograd.grad(r.square().sum(), (q, codebook))
+        monkeypatch.setattr(fdt, "MAX_LOGITS", 2 * 6 * K)  # two rows per chunk: five chunks
+        r2, index2 = relevance(q, codebook, mask, padding=padding, scale=0.3)
+        grads2 = torch.autograd.grad(r2.square().sum(), (q, codebook))
+        monkeypatch.undo()
+        torch.testing.assert_close(r2, r)
+        assert torch.equal(index2, index)
+        for a, b in zip(grads, grads2):
+            torch.testing.assert_close(a, b)
+
+
+def test_zero_padding_changes_no_sparsemax_weight_while_the_threshold_is_positive():
+    """The official multiply-by-zero only raises negative relevances to 0; with a positive sparsemax
+    threshold those codes are off either way (notebooks/fdt.py, "What the official code does, measured")."""
+    masked, zero = _head(padding="mask", temperature=0.05), _head(padding="zero", temperature=0.05)
+    batch = _batch()
+    a = masked.codes("text", batch["text"], batch["text_mask"])
+    b = zero.codes("text", batch["text"], batch["text_mask"])
+    support = a.weights > 0
+    tau = (a.relevance - a.weights).masked_fill(~support, float("nan")).nanmean(dim=1)  # r_i - w_i on the support
+    padded = (~batch["text_mask"]).any(dim=1)
+    assert (tau > 0).all() and padded.any() and (a.relevance[padded] < 0).any()  # a real test
+    torch.testing.assert_close(b.weights, a.weights)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,9 +40,9 @@ def test_wrong_library_is_a_value_error(name, wrong):
 
 
 def test_the_registry_covers_the_small_config():
-    from lib.core.config import ShareLockConfig, load
+    from lib.chapters import sharelock
 
-    small = load("sharelock", "small", ShareLockConfig)
+    small = sharelock.load_config("small")
     for m in small.vision:
         assert OFFLINE_MODELS[m.name].library == m.library and OFFLINE_MODELS[m.name].modality == "vision"
     for m in small.text:
@@ -68,30 +70,96 @@ def test_offline_models_resolve_to_a_loadable_path_with_a_stable_identity(name):
         assert (path / "config.json").is_file() and resolved.timm_architecture is None
 
 
-def test_local_folder_gets_a_sha256_identity(tmp_path):
-    folder = tmp_path / "my-model"
-    folder.mkdir()
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A private lib cache (LIB_CACHE_DIR) for the hash records of local models."""
+    monkeypatch.setenv("LIB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _folder(root: Path) -> Path:
+    folder = root / "my-model"
+    (folder / "tokenizer").mkdir(parents=True)
     (folder / "model-00002.safetensors").write_bytes(b"second shard")
     (folder / "model-00001.safetensors").write_bytes(b"first shard")
     (folder / "config.json").write_text("{}")
+    (folder / "tokenizer" / "vocab.txt").write_text("a\nb\n")
+    (folder / "README.md").write_text("not part of the model")
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "download.json").write_text("{}")  # hub download metadata: hidden, not the model
+    return folder
+
+
+class CountHashes:
+    def __init__(self, monkeypatch):
+        self.paths = []
+        real = models.file_sha256
+        monkeypatch.setattr(models, "file_sha256", lambda p, *a: (self.paths.append(Path(p)), real(p, *a))[1])
+
+
+def test_local_folder_is_keyed_by_its_contents_not_its_path(tmp_path, cache_dir):
+    folder = _folder(tmp_path / "a")
     resolved = resolve(str(folder), "transformers")
     assert resolved.load_path == str(folder) and resolved.library == "transformers"
-    assert resolved.identity["name"] == str(folder.resolve())
-    assert resolved.identity["sha256"] == {name: _sha(folder / name) for name in
-                                           ("config.json", "model-00001.safetensors", "model-00002.safetensors")}
-    (folder / "model-00001.safetensors").write_bytes(b"retrained first shard")
-    assert resolve(str(folder), "transformers").identity != resolved.identity  # new weights, new key
+    assert resolved.identity == {"local": "folder", "sha256": {
+        name: _sha(folder / name) for name in
+        ("config.json", "model-00001.safetensors", "model-00002.safetensors", "tokenizer/vocab.txt")}}
+    assert str(tmp_path) not in json.dumps(resolved.identity)  # nothing about where it is
+    copy = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(folder, copy)
+    assert resolve(str(copy), "transformers").identity == resolved.identity  # copied: the same features
+    moved = tmp_path / "moved"
+    folder.rename(moved)
+    assert resolve(str(moved), "transformers").identity == resolved.identity  # moved: the store still hits
+    (moved / "model-00001.safetensors").write_bytes(b"retrained first shard")
+    assert resolve(str(moved), "transformers").identity != resolved.identity  # new weights, new key
+    (moved / "model-00001.safetensors").write_bytes(b"first shard")
+    (moved / "tokenizer" / "vocab.txt").write_text("a\nc\n")
+    assert resolve(str(moved), "transformers").identity != resolved.identity  # a new vocabulary too
 
 
-def test_local_file_gets_a_sha256_identity(tmp_path):
+def test_second_resolve_of_a_local_folder_reads_no_weight_file(tmp_path, cache_dir, monkeypatch):
+    folder = _folder(tmp_path)
+    hashed = CountHashes(monkeypatch)
+    first = resolve(str(folder), "transformers")
+    assert sorted(p.name for p in hashed.paths) == ["config.json", "model-00001.safetensors",
+                                                   "model-00002.safetensors", "vocab.txt"]
+    hashed.paths.clear()
+    assert resolve(str(folder), "transformers") == first and hashed.paths == []  # all from the record
+    assert resolve(str(folder), "timm").identity == first.identity and hashed.paths == []
+    weights = folder / "model-00002.safetensors"
+    weights.write_bytes(b"second shard, fine-tuned")  # a new size and mtime: only this file is read again
+    changed = resolve(str(folder), "transformers")
+    assert hashed.paths == [weights] and changed.identity != first.identity
+    assert changed.identity["sha256"]["model-00002.safetensors"] == _sha(weights)
+    hashed.paths.clear()
+    record = next((cache_dir / "hashes").glob("*.json"))
+    record.write_text("{not json")  # a damaged record costs a re-hash, never a wrong identity
+    assert resolve(str(folder), "transformers") == changed and len(hashed.paths) == 4
+
+
+def test_same_size_same_mtime_edit_is_seen_through_ctime(tmp_path, cache_dir):
+    folder = _folder(tmp_path)
+    before = resolve(str(folder), "transformers").identity
+    weights = folder / "model-00001.safetensors"
+    st = weights.stat()
+    weights.write_bytes(b"FIRST shard")  # same size
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime put back
+    assert resolve(str(folder), "transformers").identity != before
+
+
+def test_local_file_gets_a_sha256_identity(tmp_path, cache_dir):
     weights = tmp_path / "vit.safetensors"
     weights.write_bytes(b"weights")
     resolved = resolve(str(weights), "timm")
-    assert resolved.identity == {"name": str(weights.resolve()), "sha256": {weights.name: _sha(weights)}}
+    assert resolved.identity == {"local": "file", "sha256": _sha(weights)}
     assert resolved.load_path == str(weights)
+    (tmp_path / "sub").mkdir()
+    moved = weights.rename(tmp_path / "sub" / "vit-s16.safetensors")
+    assert resolve(str(moved), "timm").identity == resolved.identity
 
 
-def test_local_folder_without_safetensors_still_keys_on_its_weights(tmp_path):
+def test_local_folder_without_safetensors_still_keys_on_its_weights(tmp_path, cache_dir):
     folder = tmp_path / "old-format"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -99,6 +167,12 @@ def test_local_folder_without_safetensors_still_keys_on_its_weights(tmp_path):
     before = resolve(str(folder), "transformers").identity
     (folder / "pytorch_model.bin").write_bytes(b"weights v2")
     assert resolve(str(folder), "transformers").identity != before
+
+
+def test_a_read_only_hash_cache_costs_time_not_correctness(tmp_path, cache_dir, monkeypatch):
+    folder = _folder(tmp_path)
+    monkeypatch.setattr(models, "write_json", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "read-only")))
+    assert resolve(str(folder), "transformers").identity["sha256"]["config.json"] == _sha(folder / "config.json")
 
 
 def test_hub_id_passes_through_with_its_revision():

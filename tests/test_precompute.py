@@ -17,7 +17,7 @@ from lib.core.store import FeatureStore
 EXPECTED = {  # chapter -> (entry kinds, one entry it must list)
     "sharelock": ({"image", "text"}, "image:offline/efficientnet-lite0:fashion-mnist"),
     "viterb": ({"image", "text"}, None),
-    "flame": ({"image", "facets", "text"}, None),
+    "flame": ({"image", "facets", "text"}, "facets:offline/smollm2-135m-instruct:labels:ja"),
     "fdt": ({"image-tokens", "text-tokens"}, "image-tokens:offline/dinov2-small:fashion-mnist"),
     "three_towers": ({"image"}, "image:offline/efficientnet-lite0:emoji-train-twitter"),
 }

@@ -13,9 +13,13 @@
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import select
+import shlex
 import subprocess
 import sys
 import threading
@@ -208,13 +212,13 @@ def _edit_manifest(entry: Path, change, reseal: bool = False) -> None:
 
 
 def _wrong_sha(m):
-    m["shards"][1]["sha256"] = "0" * 64
+    m["shards"][1]["xxh3_128"] = "0" * 32
 
 
 # name: (damage(entry), file named in the message, words in the message, repair's answer, shards recomputed)
 CORRUPTIONS = {
-    "shard: flipped data byte": (lambda e: _flip(e / "shard-00001.npy", -3), "shard-00001.npy", "sha256", [1], [1]),
-    "shard: flipped header byte": (lambda e: _flip(e / "shard-00002.npy", 20), "shard-00002.npy", "sha256",
+    "shard: flipped data byte": (lambda e: _flip(e / "shard-00001.npy", -3), "shard-00001.npy", "checksum", [1], [1]),
+    "shard: flipped header byte": (lambda e: _flip(e / "shard-00002.npy", 20), "shard-00002.npy", "checksum",
                                    [2], [2]),
     "shard: truncated": (lambda e: (e / "shard-00003.npy").write_bytes((e / "shard-00003.npy").read_bytes()[:-7]),
                          "shard-00003.npy", "truncated", [3], [3]),
@@ -231,12 +235,12 @@ CORRUPTIONS = {
     "manifest: wrong shard checksum": (lambda e: _edit_manifest(e, _wrong_sha), "manifest.json",
                                        "fails its own sha256", [], []),
     "manifest: wrong shard checksum, resealed": (lambda e: _edit_manifest(e, _wrong_sha, reseal=True),
-                                                 "shard-00001.npy", "sha256", [], []),
+                                                 "shard-00001.npy", "checksum", [], []),
     "manifest: wrong dim, resealed": (lambda e: _edit_manifest(e, lambda m: m.update(dim=6), reseal=True),
                                       "manifest.json", "malformed", [], []),
     "manifest: old format without checksum, wrong shard checksum": (
         lambda e: _edit_manifest(e, lambda m: (_wrong_sha(m), m.pop("manifest_sha256"))),
-        "shard-00001.npy", "sha256", [], []),
+        "shard-00001.npy", "checksum", [], []),
     "ids.json: one id changed": (lambda e: (e / "ids.json").write_text((e / "ids.json").read_text().replace(
         "item-0005", "item-0050")), "ids.json", "does not match", [], []),
     "ids.json: deleted": (lambda e: (e / "ids.json").unlink(), "ids.json", "missing", [], []),
@@ -257,7 +261,7 @@ def test_corruption_is_one_clear_message_and_repair_recomputes_only_what_is_brok
     message = str(info.value)
     assert caught == [], [str(w.message) for w in caught]  # one message, no warnings around it
     assert "\n" not in message and str(entry / culprit) in message and words in message, message
-    assert f"FeatureStore({str(tmp_path)!r}).repair(spec)" in message, message  # the remedy, runnable
+    assert f"`{store_mod.repair_command(entry)}`" in message, message  # the remedy, runnable from a shell
     assert store.repair(W.SPEC) == deleted
     again = Recorder()
     res = store.get_or_compute(W.SPEC, IDS, again, progress=False)
@@ -311,7 +315,7 @@ def test_damaged_ids_json_is_told_apart_from_different_ids(tmp_path):
         store.get_or_compute(W.SPEC, IDS[::-1], compute, progress=False)
     (entry / "manifest.json").unlink()
     (entry / "ids.json").write_text("[1, 2")
-    with pytest.raises(StoreError, match=r"ids\.json .* damaged .*delete"):  # nothing vouches for the ids
+    with pytest.raises(StoreError, match=r"ids\.json .* damaged .*no manifest.*repair.*recomputed"):  # nothing vouches
         store.get_or_compute(W.SPEC, IDS, compute, progress=False)
 
 
@@ -439,3 +443,340 @@ def test_pure_hit_takes_no_lock_and_writes_nothing(tmp_path, reference):
         assert store.get_or_compute(W.SPEC, IDS, Recorder(), progress=False).shards_computed == 0
     finally:
         os.chmod(entry, 0o755)
+
+
+# ------------------------------------------------------------------------------------------ advice that works
+# Every message of the store that gives advice gives one command in backquotes (the repair command,
+# lib.core.store_files.repair_command, or `rm -r <entry>` where the caller asked for something the entry
+# was not built for). These tests run that command exactly as printed, in a subprocess, rerun the call,
+# and require the entry to end bit-identical to a fresh computation, with nothing half-written on the way.
+
+def _command(message: str) -> list[str]:
+    commands = re.findall(r"`([^`]+)`", message)
+    assert len(commands) == 1, f"a message must give exactly one command: {message}"
+    return shlex.split(commands[0])
+
+
+def _follow(message: str) -> str:
+    """Run the message's command as written (from another working directory); its stdout."""
+    argv = _command(message)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _fresh(root: Path, ids=IDS, dim=DIM, **kw) -> dict[str, bytes]:
+    """The files of a fresh computation of W.SPEC (for these ids, dim and layout) in a store of its own."""
+    fn = (lambda r: W.features(r, dim))
+    return real_files(fstore(root, **kw).get_or_compute(W.SPEC, ids, fn, **kw.pop("call", {}), progress=False).path)
+
+
+def _nothing_half_written(entry: Path, ref_files: dict[str, bytes], damaged: dict[str, bytes] | None = None) -> None:
+    """No temp file, and every file under a real name is the finished one (or, if given, as the damage left it)."""
+    assert temp_files(entry) == [], temp_files(entry)
+    for name, data in real_files(entry).items():
+        assert data == ref_files.get(name) or (damaged is not None and data == damaged.get(name)), (
+            f"{name} is neither absent nor the finished file")
+
+
+READ = ("read", lambda store, rec: store.open(W.SPEC).numpy())
+CALL = ("get_or_compute", lambda store, rec: store.get_or_compute(W.SPEC, IDS, rec, progress=False).numpy())
+
+
+@pytest.mark.parametrize("trigger", [READ, CALL], ids=lambda t: t[0])
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_following_a_damage_message_literally_ends_bit_identical(tmp_path, reference, name, trigger):
+    damage, _, _, deleted, recomputed = CORRUPTIONS[name]
+    ref_files, ref_rows = reference
+    store = fstore(tmp_path / "store")
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    damage(entry)
+    damaged = real_files(entry)
+    rec = Recorder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            trigger[1](store, rec)
+            message = None
+        except StoreError as e:
+            message = str(e)
+    if message is None:  # get_or_compute healed it by itself (a lost shard or ids.json): said so if it recomputed
+        assert trigger[0] == "get_or_compute" and (not rec.shards or caught), name
+    else:
+        assert "repair" in " ".join(_command(message)), message
+        _nothing_half_written(entry, ref_files, damaged)
+        printed = _follow(message)
+        for s in deleted:
+            assert f"deleted shard {s}" in printed, printed
+        assert "recomputes" in printed, printed
+        _nothing_half_written(entry, ref_files)
+        res = store.get_or_compute(W.SPEC, IDS, rec, progress=False)
+        assert res.shards_computed == len(rec.shards)
+    assert rec.shards == recomputed, rec.shards
+    assert real_files(entry) == ref_files
+    assert np.array_equal(fstore(tmp_path / "store").open(W.SPEC).numpy(), ref_rows)
+
+
+@pytest.mark.parametrize("files", ["npy", "npy and sidecar"])
+def test_deleting_a_shard_of_a_complete_entry_and_rerunning_recomputes_it(tmp_path, reference, files):
+    """The old advice ("delete the shard's files and rerun"), which a complete entry used to refuse."""
+    ref_files, _ = reference
+    store = fstore(tmp_path)
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    for x in ("npy", "json")[:len(files.split(" and "))]:
+        (entry / f"shard-00003.{x}").unlink()
+    (entry / "shard-00006.npy").write_bytes((entry / "shard-00006.npy").read_bytes()[:-2])  # truncated: a stat sees it
+    rec = Recorder()
+    with pytest.warns(UserWarning, match=r"shard\(s\) 3, 6 of the complete entry .*recomputing") as caught:
+        res = store.get_or_compute(W.SPEC, IDS, rec, progress=False)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert rec.shards == [3, 6] and (res.shards_computed, res.shards_reused) == (2, N_SHARDS - 2)
+    assert real_files(entry) == ref_files and temp_files(entry) == []
+
+
+def test_a_hit_hashes_nothing_to_find_a_lost_shard(tmp_path, monkeypatch):
+    store = fstore(tmp_path)
+    store.get_or_compute(W.SPEC, IDS, compute, progress=False)
+    from lib.core import store_files
+    monkeypatch.setattr(store_files, "buffer_digest", lambda *a: pytest.fail("a hit must not hash"))
+    monkeypatch.setattr(store_files, "file_digest", lambda *a: pytest.fail("a hit must not hash"))
+    assert store.get_or_compute(W.SPEC, IDS, Recorder(), progress=False).shards_computed == 0
+
+
+def _incomplete_with_other_dims(store: FeatureStore) -> Path:
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    (entry / "manifest.json").unlink()
+    for s in range(1, N_SHARDS):
+        for x in ("npy", "json"):
+            (entry / f"shard-{s:05d}.{x}").unlink()
+    return entry
+
+
+# name: (build the state, the call that fails, the rerun after following, the fresh computation to match)
+USER_ERRORS = {
+    "different ids": (lambda st: st.get_or_compute(W.SPEC, IDS, compute, progress=False),
+                      lambda st: st.get_or_compute(W.SPEC, IDS[::-1], compute, progress=False),
+                      {"ids": IDS[::-1]}),
+    "another dtype": (lambda st: st.get_or_compute(W.SPEC, IDS, compute, progress=False),
+                      lambda st: st.get_or_compute(W.SPEC, IDS, compute, dtype="float32", progress=False),
+                      {"dtype": "float32"}),
+    "another shard size": (lambda st: _incomplete_with_other_dims(st),
+                           lambda st: st.get_or_compute(W.SPEC, IDS, compute, shard_rows=SR + 1, progress=False),
+                           {"shard_rows": SR + 1}),
+    "another feature dim": (lambda st: _incomplete_with_other_dims(st),
+                            lambda st: st.get_or_compute(W.SPEC, IDS, lambda r: W.features(r, DIM + 1),
+                                                         progress=False),
+                            {"dim": DIM + 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(USER_ERRORS))
+def test_following_a_wrong_call_message_literally_ends_as_a_fresh_computation(tmp_path, name):
+    build, call, how = USER_ERRORS[name]
+    store = fstore(tmp_path / "store")
+    build(store)
+    entry = store.entry_dir(W.SPEC)
+    before = real_files(entry)
+    with pytest.raises(StoreError) as info:
+        call(store)
+    assert real_files(entry) == before and temp_files(entry) == []  # the refused call wrote nothing
+    assert _command(str(info.value))[:2] == ["rm", "-r"] and str(entry) in str(info.value)
+    _follow(str(info.value))
+    assert not entry.exists()
+    res = call(store)
+    dim = how.get("dim", DIM)
+    fresh = FeatureStore(tmp_path / "fresh", dtype=how.get("dtype", "float16"), shard_rows=how.get("shard_rows", SR),
+                         verify="always").get_or_compute(W.SPEC, how.get("ids", IDS), lambda r: W.features(r, dim),
+                                                         progress=False)
+    assert real_files(res.path) == real_files(fresh.path)
+
+
+def test_repair_of_unreadable_ids_without_a_manifest_recomputes_everything(tmp_path, reference):
+    ref_files, _ = reference
+    store = fstore(tmp_path)
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    (entry / "manifest.json").unlink()
+    (entry / "ids.json").write_text("[1, 2")
+    with pytest.raises(StoreError) as info:
+        store.get_or_compute(W.SPEC, IDS, compute, progress=False)
+    printed = _follow(str(info.value))
+    assert f"recomputes only shard(s) {', '.join(map(str, range(N_SHARDS)))}" in printed, printed
+    rec = Recorder()
+    store.get_or_compute(W.SPEC, IDS, rec, progress=False)
+    assert rec.shards == list(range(N_SHARDS)) and real_files(entry) == ref_files
+
+
+def test_check_names_the_damage_and_exits_non_zero(tmp_path, reference):
+    ref_files, _ = reference
+    store = fstore(tmp_path)
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    command = [sys.executable, "-m", "lib.core.store", "check", str(entry)]
+    ok = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and f"{N_SHARDS} shard(s), every one matches its checksum; complete" in ok.stdout
+    _flip(entry / "shard-00002.npy", -1)
+    (entry / "shard-00005.json").unlink()
+    (entry / "shard-00007.npy").unlink()
+    bad = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1, bad
+    lines = bad.stdout.splitlines()
+    assert any(f"shard 2 ({entry / 'shard-00002.npy'}) fails its checksum" in line for line in lines), bad.stdout
+    assert any(f"shard 7 ({entry / 'shard-00007.npy'}) is missing" in line for line in lines), bad.stdout
+    assert any("sidecar of shard 5" in line for line in lines) and "shard 3" not in bad.stdout
+    assert store_mod.repair_command(entry) in bad.stdout
+    assert subprocess.run([*command[:3], "repair", str(entry / "manifest.json")], capture_output=True,
+                          timeout=120).returncode == 0  # a file of the entry names it too
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0  # nothing damaged is left
+    store.get_or_compute(W.SPEC, IDS, compute, progress=False)
+    assert real_files(entry) == ref_files
+    nowhere = subprocess.run([*command[:4], str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert nowhere.returncode != 0 and "is not a feature-store entry" in nowhere.stderr
+
+
+def test_repair_killed_half_way_leaves_an_entry_the_next_run_resumes(tmp_path, reference, monkeypatch):
+    """repair drops the manifest before it deletes a shard: stopped between two deletions, nothing is lost."""
+    ref_files, _ = reference
+    store = fstore(tmp_path)
+    entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    _flip(entry / "shard-00001.npy", -1)
+    _flip(entry / "shard-00004.npy", -1)
+    real_unlink, seen = Path.unlink, []
+
+    def stop_after_first_shard(self, missing_ok=False):
+        if self.name.startswith("shard-00004"):
+            raise KeyboardInterrupt
+        seen.append(self.name)
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(Path, "unlink", stop_after_first_shard)
+    with pytest.raises(KeyboardInterrupt):
+        store.repair(W.SPEC)
+    monkeypatch.undo()
+    assert seen[0] == "manifest.json" and not (entry / "manifest.json").exists()  # first of all
+    assert temp_files(entry) == [] and not (entry / "shard-00001.npy").exists()
+    assert store.repair(W.SPEC) == [4]  # run again, it finishes the job
+    rec = Recorder()
+    store.get_or_compute(W.SPEC, IDS, rec, progress=False)
+    assert rec.shards == [1, 4] and real_files(entry) == ref_files
+
+
+# ------------------------------------------------------------------------------------------ read-only or full
+
+@contextlib.contextmanager
+def unwritable(root: Path, code: int = errno.EROFS):
+    """Every write under ``root`` fails with ``code`` (as on a read-only mount; root ignores chmod)."""
+    real = {name: getattr(os, name) for name in ("open", "mkdir", "replace", "rename", "unlink", "rmdir")}
+    under = str(root)
+
+    def refuse(path):
+        raise OSError(code, os.strerror(code), str(path))
+
+    def open_(path, flags, *args, **kwargs):
+        if str(path).startswith(under) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            refuse(path)
+        return real["open"](path, flags, *args, **kwargs)
+
+    def guard(name):
+        def call(path, *args, **kwargs):
+            if str(path).startswith(under):
+                refuse(path)
+            return real[name](path, *args, **kwargs)
+        return call
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "open", open_)
+        for name in ("mkdir", "replace", "rename", "unlink", "rmdir"):
+            mp.setattr(os, name, guard(name))
+        yield
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
+def test_a_read_only_store_serves_hits_and_refuses_misses_with_one_clear_error(tmp_path, reference, code):
+    ref_files, ref_rows = reference
+    root = tmp_path / "store"
+    entry = fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    before = _tree(root)
+    other = {**W.SPEC, "layer": -2}
+    with unwritable(root, code):
+        hit = fstore(root).get_or_compute(W.SPEC, IDS, Recorder(), progress=False)  # no lock, nothing written
+        assert hit.shards_computed == 0 and np.array_equal(hit.numpy(), ref_rows)
+        assert np.array_equal(fstore(root).open(W.SPEC).numpy(), ref_rows)
+        calls = [lambda: fstore(root).get_or_compute(other, IDS, compute, progress=False),  # a new entry
+                 lambda: fstore(root).repair(W.SPEC)]
+        (entry / "shard-00002.npy").rename(tmp_path / "aside.npy") if False else None
+        for call in calls:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with pytest.raises(StoreError) as info:
+                    call()
+            message = str(info.value)
+            assert caught == [] and "\n" not in message, message
+            assert f"the feature store {root} is read-only" in message, message
+            assert "cache hits still read from it" in message and "LIB_CACHE_DIR" in message, message
+            assert ("copy it to a writable disk" if code == errno.EROFS else f"chmod -R u+w {root}") in message
+    assert _tree(root) == before  # nothing written, not even a lock file
+
+
+def test_a_lost_shard_on_a_read_only_store_is_the_read_only_error(tmp_path, reference):
+    root = tmp_path / "store"
+    entry = fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    (entry / "shard-00002.npy").unlink()
+    with unwritable(root), pytest.warns(UserWarning, match="shard.* 2 .*recomputing"):
+        with pytest.raises(StoreError, match="is read-only"):
+            fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
+    rec = Recorder()  # writable again: the call recomputes the lost shard
+    with pytest.warns(UserWarning):
+        fstore(root).get_or_compute(W.SPEC, IDS, rec, progress=False)
+    assert rec.shards == [2] and real_files(entry) == reference[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes through chmod")
+def test_a_chmod_read_only_store_and_following_its_message(tmp_path, reference):
+    ref_files, ref_rows = reference
+    root = tmp_path / "store"
+    fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
+    subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
+    try:
+        assert np.array_equal(fstore(root).get_or_compute(W.SPEC, IDS, Recorder(), progress=False).numpy(), ref_rows)
+        with pytest.raises(StoreError, match="is read-only") as info:
+            fstore(root).get_or_compute({**W.SPEC, "layer": -2}, IDS, compute, progress=False)
+    finally:
+        _follow(str(info.value)) if "info" in locals() else subprocess.run(["chmod", "-R", "u+w", str(root)])
+    res = fstore(root).get_or_compute({**W.SPEC, "layer": -2}, IDS, compute, progress=False)
+    assert res.shards_computed == N_SHARDS
+
+
+def test_a_full_disk_is_one_clear_error_and_nothing_half_written(tmp_path, reference, monkeypatch):
+    """ENOSPC in the middle of a shard's write: one StoreError, no partial file, finished shards kept."""
+    ref_files, _ = reference
+    root = tmp_path / "store"
+    entry = fstore(root).entry_dir(W.SPEC)
+    real_write, budget = os.write, {"bytes": 1500}  # spec, ids and a few shards fit
+
+    def write(fd, data):
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(str(root)):
+            return real_write(fd, data)
+        if budget["bytes"] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = real_write(fd, bytes(data[:budget["bytes"]]))  # a short write, then the disk is full
+        budget["bytes"] -= n
+        return n
+    monkeypatch.setattr(os, "write", write)
+    rec = Recorder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(StoreError) as info:
+            fstore(root).get_or_compute(W.SPEC, IDS, rec, progress=False)
+    message = str(info.value)
+    assert caught == [] and "\n" not in message
+    assert f"the disk holding the feature store {root} is full" in message and f"df -h {root}" in message, message
+    assert "nothing was half-written" in message and "LIB_CACHE_DIR" in message
+    monkeypatch.undo()  # space freed
+    _nothing_half_written(entry, ref_files)
+    done = finished(entry)
+    assert 0 < len(done) < N_SHARDS and not (entry / "manifest.json").exists()
+    again = Recorder()
+    res = fstore(root).get_or_compute(W.SPEC, IDS, again, progress=False)
+    assert again.shards == [s for s in range(N_SHARDS) if s not in done] and res.shards_reused == len(done)
+    assert real_files(entry) == ref_files

@@ -1,12 +1,15 @@
-"""Tests of lib.core.sequences: ragged per-token features in the store, never padded on disk (DESIGN.md §2)."""
+"""Tests of lib.core.sequences: ragged per-token features in the store, never padded on disk (one row per token plus
+each item's length), requested as ``lib.core.features.text_tokens`` / ``image_tokens`` and materialised."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import TEXT_MODELS, VISION_MODELS
-from lib.core import features, sequences
+from lib.core import features
 from lib.core.config import TextModelConfig, VisionModelConfig
 from lib.core.sequences import SequenceFeatures, pad_batch, sequence_features, trim_padding
 from lib.core.store import FeatureStore, StoreError
@@ -105,7 +108,7 @@ def test_corrupt_token_shard_is_a_clear_error_then_repaired(tmp_path):
     expected = good.padded()[0].numpy()
     _flip_last_byte(good.tokens.path / "shard-00002.npy")
     reopened, _ = _build(store, shard_tokens=10)  # the manifest is intact: a hit, checked when read
-    with pytest.raises(StoreError, match=r"shard 2 of entry .*sha256.*repair\(\)"):
+    with pytest.raises(StoreError, match=r"shard 2 of entry .*fails its checksum.*repair\(\)"):
         reopened.padded()
     assert reopened.repair() == {"lengths": [], "tokens": [2]}
     fixed, calls = _build(store, shard_tokens=10)
@@ -154,30 +157,41 @@ TEXTS = ["grinning face", "man rowing boat: boat, canoe, rowing, water sports", 
 SOURCE = {"dataset": "emoji", "split": "test"}
 
 
+def _pool(cfg, encoder, backend=None):
+    """An encoder pool that already holds the session's encoder (no second model load)."""
+    pool = features.EncoderPool()
+    pool._encoders[(cfg, "cpu", "eager") if backend is None else (cfg, "cpu", backend)] = encoder
+    return pool
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_thread")
-def test_minilm_tokens_mean_pool_to_lib_text_feature(tmp_path, monkeypatch, minilm):
+def test_minilm_tokens_mean_pool_to_lib_text_feature(tmp_path, minilm):
     cfg = TextModelConfig(**TEXT_MODELS["minilm"])
-    monkeypatch.setattr(features, "_TEXT_ENCODERS", {cfg: minilm})
-    store = FeatureStore(tmp_path, dtype="float16")
-    seqs = sequences.text_sequences(store, cfg, TEXTS, source=SOURCE)
+    store, pool = FeatureStore(tmp_path), _pool(cfg, minilm)
+    request = features.text_tokens(cfg, TEXTS, source=SOURCE, name="text-tokens:minilm:test")
+    seqs = features.materialise(store, [request], pool=pool, release=False)["text-tokens:minilm:test"]
+    assert isinstance(seqs, SequenceFeatures) and seqs.dtype == "float16"
     assert seqs.lengths.tolist() == [len(t) for t in minilm.tokenize(TEXTS)] and seqs.dim == 384
     pooled = minilm.encode(TEXTS, progress=False)  # lib's pooled feature: mean over real tokens
     torch.testing.assert_close(seqs.pooled("mean"), pooled, atol=3e-3, rtol=3e-3)
-    assert sequences.text_sequences(store, cfg, TEXTS, source=SOURCE).shards_computed == 0
+    again = features.materialise(store, [request], pool=pool, release=False)
+    assert again.counts() == (0, again.counts()[1]) and again["text-tokens:minilm:test"].shards_computed == 0
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_thread")
-def test_dinov2_patches_first_token_is_lib_image_feature(tmp_path, monkeypatch, dinov2, emoji_images):
+def test_dinov2_patches_first_token_is_lib_image_feature(tmp_path, dinov2, emoji_images):
     cfg = VisionModelConfig(**VISION_MODELS["dinov2"])
-    monkeypatch.setattr(features, "_VISION_ENCODERS", {(cfg, "eager"): dinov2})
-    images = emoji_images[:2]
-    store = FeatureStore(tmp_path, dtype="float16")
-    seqs = sequences.image_sequences(store, cfg, lambda i: images[i], ["a", "b"], source=SOURCE)
+    images = SimpleNamespace(name="two", ids=["a", "b"], load_image=lambda i: emoji_images[:2][i], source=SOURCE)
+    store, pool = FeatureStore(tmp_path), _pool(cfg, dinov2)
+    plan = features.Plan([features.image_tokens(cfg, images, tokens="all", name="all"),
+                          features.image_tokens(cfg, images, tokens="patches", name="patches")])
+    found = features.materialise(store, plan, pool=pool, release=False)
+    seqs, patches = found["all"], found["patches"]
     assert seqs.lengths.tolist() == [1 + (112 // 14) ** 2] * 2  # CLS + 8 x 8 patches
-    pooled = dinov2.encode(images, progress=False)  # DINOv2's pooled feature is the (normed) CLS token
+    pooled = dinov2.encode(emoji_images[:2], progress=False)  # DINOv2's pooled feature is the (normed) CLS token
     torch.testing.assert_close(seqs.pooled("first"), pooled, atol=5e-3, rtol=5e-3)
-    patches = sequences.image_sequences(store, cfg, lambda i: images[i], ["a", "b"], source=SOURCE, tokens="patches")
-    assert patches.lengths.tolist() == [64, 64] and patches.key != seqs.key
+    assert patches.lengths.tolist() == [64, 64] and patches.key != seqs.key  # the official code's x[:, 1:, :]
     np.testing.assert_array_equal(patches.sequence(1), seqs.sequence(1)[1:])
+    assert features.image_tokens(cfg, images).tokens == "patches"  # the default

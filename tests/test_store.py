@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import xxhash
 
 from lib.core.store import CachedFeatures, FeatureStore, StoreError, spec_key
 
@@ -64,9 +65,9 @@ def test_round_trip_is_bit_exact_and_in_ids_order(tmp_path, dtype, as_tensor):
     m = manifest(store)
     assert (m["n_rows"], m["dim"], m["dtype"], m["shard_rows"]) == (N, DIM, dtype, SR)
     assert [sc["rows"] for sc in m["shards"]] == [[0, 4], [4, 8], [8, 10]]
-    for sc in m["shards"]:  # the sidecar checksum is the file's
+    for sc in m["shards"]:  # the sidecar checksum is the file's, named by its algorithm
         npy = store.entry_dir(SPEC) / f"shard-{sc['index']:05d}.npy"
-        assert hashlib.sha256(npy.read_bytes()).hexdigest() == sc["sha256"]
+        assert xxhash.xxh3_128_hexdigest(npy.read_bytes()) == sc["xxh3_128"] and "sha256" not in sc
     assert store.entry_dir(SPEC).parent.name == res.key[:2]
 
 
@@ -103,7 +104,7 @@ def test_resume_computes_only_unfinished_shards_and_matches_uninterrupted(tmp_pa
     assert (res.shards_computed, res.shards_reused) == (3 - k, k)
     ref = FeatureStore(tmp_path / "b", shard_rows=SR).get_or_compute(SPEC, IDS, features, progress=False)
     assert res.numpy(np.float16).tobytes() == ref.numpy(np.float16).tobytes()
-    assert [sc["sha256"] for sc in res.shards] == [sc["sha256"] for sc in ref.shards]
+    assert [sc["xxh3_128"] for sc in res.shards] == [sc["xxh3_128"] for sc in ref.shards]
 
 
 def test_spec_key_order_independent_and_sensitive_to_every_field():
@@ -141,7 +142,7 @@ def test_corrupt_shard_is_reported_then_repaired(tmp_path):
     store = FeatureStore(tmp_path, shard_rows=SR, verify="always")
     good = store.get_or_compute(SPEC, IDS, features, progress=False).numpy()
     _flip_last_byte(store.entry_dir(SPEC) / "shard-00001.npy")
-    with pytest.raises(StoreError, match=r"shard 1 of entry .*sha256.*repair"):
+    with pytest.raises(StoreError, match=r"shard 1 of entry .*fails its checksum \(xxh3_128\).*lib\.core\.store repair"):
         store.open(SPEC).numpy()
     # "once" re-checks a file that changed since it was verified; "never" trusts it
     with pytest.raises(StoreError, match="shard 1"):

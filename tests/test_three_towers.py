@@ -262,3 +262,20 @@ def test_the_flame_chapter_names_stay_importable():
     from lib.methods.three_towers import (  # noqa: F401
         TextTowerConfig, ThreeTowers, embed_in_batches, load_tokenizer, retrieval, tokenize, zero_shot,
     )
+
+
+def test_compact_vocabulary_renumbers_the_pieces_of_its_texts():
+    from lib.methods.three_towers import CompactVocabulary, load_tokenizer
+
+    base = load_tokenizer("offline/all-MiniLM-L6-v2")
+    texts = ["grinning face", "flag: Japan", "red apple"]
+    compact = CompactVocabulary(base, texts)
+    assert compact.vocab_size < 30 and compact.vocab_size < base.vocab_size
+    full, small = tt.tokenize(base, texts, 12), tt.tokenize(compact, texts, 12)
+    assert torch.equal(full["attention_mask"], small["attention_mask"])
+    assert int(small["input_ids"].max()) < compact.vocab_size
+    assert torch.equal(compact.kept[small["input_ids"]], full["input_ids"])  # a renumbering, nothing lost
+    assert compact.decode(small["input_ids"][1][small["attention_mask"][1].bool()], skip_special_tokens=True) \
+        == "flag : japan"
+    unknown = tt.tokenize(compact, ["zebra"], 4)["input_ids"][0, 1]  # a piece outside the texts
+    assert compact.kept[unknown] == base.unk_token_id

@@ -339,7 +339,7 @@ def test_split_diagram_is_drawn_from_the_benchmarks(small):
 
     matplotlib.use("Agg")
     cfg, benches = small
-    fig = viterb.split_diagram(benches, cfg)
+    fig = class_splits.split_diagram(benches, cfg.score_datasets)
     texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "192 unseen" in texts and "3 unseen" in texts and "7 seen" in texts and "64 val" in texts
 

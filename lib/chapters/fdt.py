@@ -1,14 +1,12 @@
 """The FDT chapter: its config, benchmark, feature plan, experiments, measurements and claims.
 
-Chen et al., CVPR 2023 (FDT, "Finite Discrete Tokens"): patch and token features are matched against a
-shared codebook, a max over tokens and a sparsemax give each item a few code weights, and the embedding
-is the weighted sum of the codes (:class:`lib.methods.fdt.FDTHead`). Here the encoders are frozen, so the
-chapter compares the codebook head with a pooled CLIP-style head on the very same patch and token
-features. This module holds what the notebook runs and nothing it shows: the schema of
-``notebooks/configs/fdt.yaml``, the features the chapter reads (one plan, shared with
-``python -m lib.precompute --chapter fdt``), one training-and-evaluation run, the sparsity measurement at
-initialisation, the paper's claims with their verdicts, and the method diagram. See notebooks/fdt.py,
-sections "Patch and token features", "The FDT head" and "What reproduced, what did not".
+Chen et al., CVPR 2023 (FDT): patch and token features matched against a shared codebook, sparse code
+weights, and the weighted sum of the codes as the embedding (:class:`lib.methods.fdt.FDTHead`), compared
+here with a pooled CLIP-style head on the same frozen patch and token features. This module holds the
+schema of ``notebooks/configs/fdt.yaml``, the features the chapter reads (one plan, shared with
+``python -m lib.precompute --chapter fdt``), the runs, the sparsity measurement at initialisation, the
+claims with their verdicts, and the method diagram. See notebooks/fdt.py, sections "Patch and token
+features", "The FDT head" and "What reproduced, what did not".
 """
 from __future__ import annotations
 
@@ -21,7 +19,9 @@ import torch
 from lib.core import config as configs
 from lib.core import features
 from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
-from lib.core.evaluate import classification_metrics, prompt_texts, retrieval_metrics, zero_shot_classifier
+from lib.core.evaluate import prompt_texts
+from lib.core.evaluate import retrieval as embedding_retrieval
+from lib.core.evaluate import zero_shot
 from lib.core.results import Claim, Runs, versus
 from lib.core.sequences import SequenceFeatures
 from lib.core.train import fit, seed_everything
@@ -30,10 +30,10 @@ from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, collect_codes, embed_sequences,
                              token_code_scores, weight_encoder)
 
-__all__ = ["NAME", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config", "benchmark",
-           "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled", "zero_shot_metrics", "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init",
-           "usage_rows", "grounding_examples", "claims", "findings", "method_diagram",
-           "PAPER_NUMBERS"]
+__all__ = ["NAME", "PAPER_NUMBERS", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config",
+           "benchmark", "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled",
+           "zero_shot_metrics", "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows",
+           "grounding_examples", "claims", "findings", "method_diagram"]
 
 NAME = "fdt"
 # The paper's numbers the chapter compares with (Table 2: 9-dataset zero-shot average, 15M pairs; Table 8:
@@ -50,11 +50,8 @@ def _check_bounds(bounds) -> None:
 
 @dataclass(frozen=True)
 class FDTHeadConfig:
-    """The FDT head's settings; the field names are :class:`lib.methods.fdt.FDTHead`'s keyword arguments.
-
-    ``log_scale_bounds``: the official code clamps the log logit scale to [3, 6] (scale 20.1 to 100 after
-    the cap at ``max_scale``); null leaves it free (the paper gives no clamp).
-    """
+    """The FDT head's settings (:class:`lib.methods.fdt.FDTHead`'s keyword arguments). ``log_scale_bounds``:
+    the official [3, 6] clamp of the log logit scale (scale 20.1 to 100 with ``max_scale``); null: none (paper)."""
 
     num_codes: int = 16384
     code_dim: int = 512
@@ -112,19 +109,15 @@ class Variant:
 
     def changes(self) -> dict:
         """The head fields this variant sets (those not left null)."""
-        return {k: v for k, v in (("projector", self.projector), ("weighting", self.weighting),
-                                  ("temperature", self.temperature), ("scaled_dot", self.scaled_dot),
-                                  ("padding", self.padding)) if v is not None}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("name", "seeds") and getattr(self, f.name) is not None}
 
 
 @dataclass(frozen=True)
 class Config:
-    """``notebooks/configs/fdt.yaml``, validated field by field on load (``lib.core.config``).
-
-    ``image_tokens``: ``patches`` (the official code: patch tokens only, no CLS) or ``all`` (CLS first).
-    ``init_probe``: the codebook size ``[num_codes, code_dim]`` at which the sparsity of a freshly
-    initialised head is measured (the paper's 16,384 x 512), on ``init_probe_items`` items.
-    """
+    """``notebooks/configs/fdt.yaml``, validated on load (``lib.core.config``). ``image_tokens``: ``patches``
+    (official: no CLS) or ``all`` (CLS first); ``init_probe``: the ``[num_codes, code_dim]`` at which a fresh
+    head's sparsity is measured (the paper's 16,384 x 512), on ``init_probe_items`` items."""
 
     data: DataConfig
     vision: VisionModelConfig
@@ -160,8 +153,7 @@ def benchmark(cfg: Config) -> Benchmark:
 
 
 def zero_shot_sets(cfg: Config, bench: Benchmark) -> list:
-    """The zero-shot sets the chapter evaluates: the headline set (unseen emoji concepts / ImageNet) and
-    those ``data.zero_shot`` names (Fashion-MNIST in the small config)."""
+    """The headline zero-shot set (unseen emoji concepts / ImageNet) and those ``data.zero_shot`` names."""
     chosen = {bench.zero_shot[0].name: bench.zero_shot[0]}
     chosen.update({s.name: s for s in bench.zero_shot if s.name in cfg.data.zero_shot})
     return list(chosen.values())
@@ -178,11 +170,9 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
         plan.add(features.text_tokens(cfg.text, pairs.captions, source=pairs.source, ids=pairs.ids,
                                       name=f"text-tokens:{cfg.text.name}:{pairs.name}", dtype=cfg.store.dtype))
     for labelled in zero_shot_sets(cfg, bench):
-        plan.add(features.text_tokens(cfg.text, prompt_texts(labelled),
-                                      source={"prompts_for": labelled.source["dataset"],
-                                              "templates": list(labelled.templates)},
-                                      name=f"text-tokens:{cfg.text.name}:prompts:{labelled.name}",
-                                      dtype=cfg.store.dtype))
+        source = {"prompts_for": labelled.source["dataset"], "templates": list(labelled.templates)}
+        plan.add(features.text_tokens(cfg.text, prompt_texts(labelled), source=source, dtype=cfg.store.dtype,
+                                      name=f"text-tokens:{cfg.text.name}:prompts:{labelled.name}"))
     return plan
 
 
@@ -206,13 +196,11 @@ class ChapterFeatures:
 
     def tensors(self, pairs) -> dict[str, torch.Tensor]:
         if pairs.name not in self._tensors:
-            image, image_mask = self.image(pairs).padded()
-            text, text_mask = self.captions(pairs).padded()
+            (image, image_mask), (text, text_mask) = self.image(pairs).padded(), self.captions(pairs).padded()
             self._tensors[pairs.name] = {"image": image, "image_mask": image_mask, "text": text, "text_mask": text_mask}
         return self._tensors[pairs.name]
 
-    def dims(self, bench: Benchmark) -> tuple[int, int]:
-        """(image token width, text token width)."""
+    def dims(self, bench: Benchmark) -> tuple[int, int]:  # (image token width, text token width)
         return self.image(bench.train).dim, self.captions(bench.train).dim
 
 
@@ -225,44 +213,38 @@ def build_pooled(cfg: PooledHeadConfig, image_dim: int, text_dim: int) -> Pooled
     return PooledHead(image_dim, text_dim, **dataclasses.asdict(cfg))
 
 
-@torch.no_grad()
+class _Embedded(torch.nn.Module):
+    """Embeddings already computed, as a method for ``lib.core.evaluate.zero_shot`` / ``retrieval``."""
+
+    def embed_image(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    embed_text = embed_image
+
+
 def zero_shot_metrics(encode_image, encode_text, image_seqs: SequenceFeatures, prompt_seqs: SequenceFeatures,
                       labelled, *, batch_size: int = 256, device: str | torch.device = "cpu") -> dict[str, float]:
-    """acc@1, acc@5, mean per-class recall of a zero-shot classifier built from ``prompt_seqs``.
-
-    ``prompt_seqs`` holds the token features of ``lib.core.evaluate.prompt_texts(labelled)`` (class-major);
-    ``encode_*(x, mask)`` are a head's encoders (or :func:`lib.methods.fdt.weight_encoder`). Prototypes
-    follow CLIP (``lib.core.evaluate.zero_shot_classifier``).
-    """
-    texts = prompt_texts(labelled)
-    if len(prompt_seqs) != len(texts):
-        raise ValueError(f"{len(prompt_seqs)} prompt sequences for {len(texts)} prompts of {labelled.name}: "
-                         "compute them from lib.core.evaluate.prompt_texts(labelled)")
-    prompt_emb = embed_sequences(encode_text, prompt_seqs, batch_size=batch_size, device=device)
-    row = {text: i for i, text in enumerate(texts)}
-    classifier = zero_shot_classifier(lambda batch: prompt_emb[[row[t] for t in batch]], labelled.classnames,
-                                      labelled.templates)
-    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
-    return classification_metrics(image_emb, classifier, torch.as_tensor(labelled.labels))
+    """acc@1, acc@5, mean per-class recall (``lib.core.evaluate.zero_shot``) of a head's ``encode_*(x, mask)``
+    (or :func:`lib.methods.fdt.weight_encoder`) over the token sequences of the images and of
+    ``lib.core.evaluate.prompt_texts(labelled)`` (class-major)."""
+    embed = dict(batch_size=batch_size, device=device)
+    return zero_shot(_Embedded(), embed_sequences(encode_image, image_seqs, **embed),
+                     embed_sequences(encode_text, prompt_seqs, **embed), labelled)
 
 
-@torch.no_grad()
 def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_seqs: SequenceFeatures, *,
               batch_size: int = 256, device: str | torch.device = "cpu") -> dict[str, float]:
     """Image <-> caption R@1/5/10, one caption per image (row i pairs with row i)."""
-    image_emb = embed_sequences(encode_image, image_seqs, batch_size=batch_size, device=device)
-    text_emb = embed_sequences(encode_text, caption_seqs, batch_size=batch_size, device=device)
-    return retrieval_metrics(image_emb, text_emb, torch.arange(len(image_emb)))
+    embed = dict(batch_size=batch_size, device=device)
+    return embedding_retrieval(_Embedded(), embed_sequences(encode_image, image_seqs, **embed),
+                               embed_sequences(encode_text, caption_seqs, **embed))
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
                        variant: Variant | None = None) -> tuple[dict, object, torch.nn.Module]:
-    """Train one head (``kind`` ``"fdt"``, with ``variant``'s changes, or ``"pooled"``) on the training
-    pairs with early stopping on the validation pairs, then evaluate it zero-shot on every set of
-    :func:`zero_shot_sets` and by retrieval on the held-out pairs; an FDT head is also scored with its
-    weights as features (the headline set) and its active codes are counted on the held-out pairs.
-    Returns the run's row (for :class:`lib.core.results.Runs`), the ``TrainResult`` and the head.
-    """
+    """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
+    pairs), evaluate it zero-shot on :func:`zero_shot_sets` and by retrieval, and for FDT with its weights as
+    features and its active codes. Returns the row (:class:`lib.core.results.Runs`), TrainResult and head."""
     seed_everything(seed)
     image_dim, text_dim = feats.dims(bench)
     head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
@@ -286,47 +268,36 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         found = zero_shot_metrics(weight_encoder(head, "image"), weight_encoder(head, "text"), feats.image(sets[0]),
                                   feats.prompts(sets[0]), sets[0], **evaluate)
         row["weights_as_features/acc1"] = found["acc1"]
-        image_codes = collect_codes(head, "image", feats.image(bench.retrieval), **evaluate)
-        text_codes = collect_codes(head, "text", feats.captions(bench.retrieval), **evaluate)
+        image_codes, text_codes = _held_out_codes(head, feats, bench, cfg)
         row["active_codes/image"] = float(image_codes.active().float().mean())
         row["active_codes/text"] = float(text_codes.active().float().mean())
         row["codes_ever_active"] = int(((image_codes.weights > 0).any(0) | (text_codes.weights > 0).any(0)).sum())
     return row, result, head
 
 
-def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False,
-            runs: Runs | None = None, trained: dict | None = None) -> tuple[Runs, dict]:
+def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False) -> tuple[Runs, dict]:
     """Every run of the chapter: FDT and pooled on every seed, then each variant on its first ``seeds``
-    seeds (``quick``: the first seed only). Runs already in ``runs`` are not repeated. Returns the runs
-    and ``{head name: (head, TrainResult)}`` of the first seed."""
-    runs, trained = runs if runs is not None else Runs(), trained if trained is not None else {}
+    seeds (``quick``: the first seed only). Returns the runs and ``{head name: (head, TrainResult)}`` of
+    the first seed."""
+    runs, trained = Runs(), {}
     seeds = cfg.seeds[:1] if quick else cfg.seeds
     jobs = [(kind, seed, None) for seed in seeds for kind in ("fdt", "pooled")]
     jobs += [("fdt", seed, v) for v in cfg.variants for seed in (seeds[:1] if quick else cfg.seeds[: v.seeds])]
-    done = {(r["head"], r["seed"]) for r in runs}
     for kind, seed, variant in jobs:
-        name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
-        if (name, seed) in done:
-            continue
         row, result, head = train_and_evaluate(cfg, bench, feats, kind, seed, variant)
-        runs.add(row)
-        if seed == cfg.seeds[0]:
-            trained[name] = (head, result)
+        if runs.add(row)["seed"] == cfg.seeds[0]:
+            trained[row["head"]] = (head, result)
     return runs, trained
 
 
 @torch.no_grad()
 def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, seed: int = 0) -> list[dict]:
-    """How many codes sparsemax switches on in a freshly initialised head (no training), per item.
-
-    Four probes, each on ``cfg.init_probe_items`` held-out items: the configured head on the chapter's
-    real patch and token features; the same head at the official temperature (1000); a head of the
-    paper's size (``cfg.init_probe``: 16,384 x 512) at the official temperature on the same real features;
-    and that paper-size head on random Gaussian inputs of the official encoders' widths (ViT-B/32: 49
-    patches x 768; text: 16 tokens x 512). Sparsemax keeps the codes whose relevance lies above a
-    threshold ``tau`` with ``sum(r_i - tau) = 1`` over them, so what decides sparsity is the spread of the
-    relevances measured in units of ``1/K``.
-    """
+    """How many codes sparsemax switches on in a freshly initialised head, per item, on
+    ``cfg.init_probe_items`` held-out items: this config's head, the same at the official temperature
+    (1000), a head of the paper's size (``cfg.init_probe``) at that temperature, on real features and on
+    random inputs of the official encoders' widths (ViT-B/32: 49 patches x 768; text: 16 tokens x 512).
+    Sparsemax keeps the codes above ``tau`` with ``sum(r_i - tau) = 1``: the relevances' spread in units of
+    ``1/K`` decides sparsity (the column ``relevance sd x K``)."""
     n = min(cfg.init_probe_items, len(bench.retrieval))
     real = {"image": feats.image(bench.retrieval).batch(range(n)), "text": feats.captions(bench.retrieval).batch(range(n))}
     generator = torch.Generator().manual_seed(seed)
@@ -354,15 +325,18 @@ def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, 
     return out
 
 
+def _held_out_codes(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, cfg: Config):
+    """``(image, text)`` :class:`lib.methods.fdt.CodeWeights` of the held-out pairs."""
+    return tuple(collect_codes(head, modality, seqs, batch_size=cfg.eval_batch_size, device=cfg.device)
+                 for modality, seqs in (("image", feats.image(bench.retrieval)), ("text", feats.captions(bench.retrieval))))
+
+
 def usage_rows(trained: dict, feats: ChapterFeatures, bench: Benchmark, cfg: Config) -> tuple[list[dict], list[dict]]:
     """Codebook usage of the first seed's FDT heads on the held-out pairs: one summary row per head and
     modality, and one row per item (its number of active codes) for the histogram."""
     summary, per_item = [], []
-    for name, (head, _) in trained.items():
-        if not isinstance(head, FDTHead):
-            continue
-        for modality, seqs in (("image", feats.image(bench.retrieval)), ("text", feats.captions(bench.retrieval))):
-            codes = collect_codes(head, modality, seqs, batch_size=cfg.eval_batch_size, device=cfg.device)
+    for name, (head, _) in ((n, t) for n, t in trained.items() if isinstance(t[0], FDTHead)):
+        for modality, codes in zip(("image", "text"), _held_out_codes(head, feats, bench, cfg)):
             active = codes.active()
             summary.append({"head": name, "modality": modality, "weighting": head.weighting,
                             "temperature": head.temperature,
@@ -412,21 +386,16 @@ def findings(cfg: Config, bench: Benchmark, runs: Runs, init_rows: list[dict] = 
            "fdt_active_codes_text": mean("FDT", "active_codes/text"),
            "fdt_codes_ever_active": mean("FDT", "codes_ever_active"), "num_codes": cfg.fdt.num_codes,
            "fdt_logit_scale": mean("FDT", "logit_scale")}
-    for s in sets[1:]:
-        for head, key in (("FDT", "fdt"), ("pooled", "pooled")):
-            out[f"{key}_{s.name}_acc1"] = mean(head, f"{s.name}/acc1")
     for head, key in (("FDT", "fdt"), ("pooled", "pooled")):
-        for metric in ("image_retrieval_recall@1", "image_retrieval_recall@5", "text_retrieval_recall@1",
-                       "text_retrieval_recall@5"):
-            out[f"{key}_retrieval/{metric}"] = mean(head, f"retrieval/{metric}")
+        out.update({f"{key}_{s.name}_acc1": mean(head, f"{s.name}/acc1") for s in sets[1:]})
+        out.update({f"{key}_retrieval/{m}_retrieval_recall@{k}": mean(head, f"retrieval/{m}_retrieval_recall@{k}")
+                    for m in ("image", "text") for k in (1, 5)})
     for row in (r for r in init_rows if r["modality"] == "image"):
         out["init_active_fraction_" + row["probe"].replace(",", "").replace(" ", "_")] = row["active fraction"]
-    for variant in cfg.variants:
-        key = variant.name.replace(" ", "_")
-        out[f"{key}_unseen_acc1"] = mean(variant.name, f"{headline}/acc1")
-        out[f"{key}_weights_as_features_acc1"] = mean(variant.name, "weights_as_features/acc1")
-        out[f"{key}_active_codes_image"] = mean(variant.name, "active_codes/image")
-        out[f"{key}_active_codes_text"] = mean(variant.name, "active_codes/text")
+    for v in cfg.variants:
+        out.update({f"{v.name.replace(' ', '_')}_{key}": mean(v.name, metric) for key, metric in (
+            ("unseen_acc1", f"{headline}/acc1"), ("weights_as_features_acc1", "weights_as_features/acc1"),
+            ("active_codes_image", "active_codes/image"), ("active_codes_text", "active_codes/text"))})
     return out
 
 
@@ -436,17 +405,15 @@ def grounding_examples(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, 
     (image -> caption top-1), each with the code of largest ``w_image * w_caption``, that code's score on
     every patch (a square grid) and on every word piece (with the word pieces' text)."""
     images, captions = feats.image(bench.retrieval), feats.captions(bench.retrieval)
-    evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
-    image_codes, text_codes = collect_codes(head, "image", images, **evaluate), collect_codes(head, "text", captions, **evaluate)
+    image_codes, text_codes = _held_out_codes(head, feats, bench, cfg)
     hits = ((image_codes.embedding @ text_codes.embedding.T).argmax(1) == torch.arange(len(images))).nonzero().flatten()
     encoder = features.ENCODERS.get(cfg.text, cfg.device)
     out = []
     for i in hits[:: max(1, len(hits) // n)][:n].tolist():
         code = int((image_codes.weights[i] * text_codes.weights[i]).argmax())
         patches = token_code_scores(head, "image", *images.batch([i]), [code])[0, :, 0]
-        if cfg.image_tokens == "all":
-            patches = patches[len(patches) - int(round(len(patches) ** 0.5)) ** 2:]  # drop CLS / registers
-        grid = int(round(len(patches) ** 0.5))
+        grid = int(len(patches) ** 0.5)
+        patches = patches[len(patches) - grid * grid:]  # tokens "all": drop CLS / registers
         words = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenize([bench.retrieval.captions[i]])[0])
         out.append({"item": i, "code": code, "caption": bench.retrieval.captions[i], "words": words,
                     "patch_scores": patches.reshape(grid, grid).numpy(),

@@ -1,18 +1,13 @@
 """The FLAME chapter: its config, benchmark, feature plan, experiments, claims and method diagram.
 
-Cao, Wei and Ma, *FLAME* (CVPR 2025): a frozen decoder LLM read through K facet prompts (``lib.core.facets``:
-facet-decoupled attention gives the K embeddings in one pass), an image-side MLP trained into the LLM's space
-(:class:`lib.methods.flame.Flame`), the paper's Eq. 1 (one InfoNCE per facet, summed) or the official
-multi-positive sigmoid loss. The baselines read the same captions otherwise: a ShareLock head on the plain
-last-token / mean features (:class:`lib.methods.sharelock.ShareLock`) and a text tower trained from scratch
-against the frozen image features (``lib.methods.three_towers``, LiT recipe). This module holds what the
-notebook runs and nothing it shows. See notebooks/flame.py, sections "The data: long, multi-facet captions",
-"Three ways to align the same data" and "What reproduced, what did not".
-
-Two inference rules of the paper (§4.1) are the defaults here: a long text (a caption) is embedded under
-all K facets and the similarities averaged; a short text (a class name, a label in another language) is
-embedded under ONE prompt, the first scene-level one ("this image description"). The average over the K
-facets for short texts is kept as a measured variant (``zero-shot-avg``).
+Cao, Wei and Ma, *FLAME* (CVPR 2025): a frozen decoder LLM read through K facet prompts (``lib.core.facets``),
+an image-side MLP trained into the LLM's space (:class:`lib.methods.flame.Flame`), Eq. 1 or the official
+multi-positive sigmoid loss; against a ShareLock head on plain features of the same captions and a text tower
+trained from scratch (``lib.methods.three_towers``, LiT recipe). The paper's inference rules (§4.1) are the
+defaults: a caption is embedded under all K facets; a short text (class name, label in another language)
+under ONE prompt, "this image description" (the K-facet average is the measured variant ``zero-shot-avg``).
+See notebooks/flame.py, sections "The data: long, multi-facet captions", "Three ways to align the same data"
+and "What reproduced, what did not".
 """
 from __future__ import annotations
 
@@ -30,13 +25,13 @@ from lib.core import features
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.facets import FLAME_TEMPLATE, FacetConfig, decoupled_inputs
-from lib.core.results import Claim, Runs, compare
+from lib.core.results import Claim, Runs
 from lib.core.train import fit, seed_everything
 from lib.data import datasets, emoji
 from lib.data.datasets import Benchmark, DataConfig
-from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, SHORT_TEXT_FACET, Flame, official_caption
+from lib.methods.flame import OFFICIAL_TEMPLATE, SHORT_TEXT_FACET, Flame, official_caption
 from lib.methods.sharelock import ShareLock
-from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig, ThreeTowers, tokenize
+from lib.methods.three_towers import TextTowerConfig, ThreeTowers, load_tokenizer, tokenize
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "sizes", "text_sets", "label_sets", "feature_plan",
            "ChapterFeatures", "train_and_evaluate", "run_key", "main_setting", "claims", "findings", "facet_similarity",
@@ -108,8 +103,7 @@ def load_config(name: str = "small", overrides: dict | None = None) -> Config:
 
 
 def short(name: str) -> str:
-    """A model's display name: the last part of its id."""
-    return name.split("/")[-1]
+    return name.split("/")[-1]  # a model's display name: the last part of its id
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -212,10 +206,7 @@ class ChapterFeatures:
     def tokenizer(self):
         """The scratch tower's tokenizer (only its vocabulary is used)."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            from lib.core.models import resolve
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve(self.cfg.scratch.tokenizer, "transformers").load_path)
+            self._tokenizer = load_tokenizer(self.cfg.scratch.tokenizer)
         return self._tokenizer
 
     def tokens(self, name: str) -> torch.Tensor:
@@ -274,7 +265,7 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         model, label = method, "flame"
     elif kind == "scratch":
         method = ThreeTowers("lit", third_dim=image["train"].shape[1], vocab_size=feats.tokenizer.vocab_size,
-                             image_tower=ImageTowerConfig(), text_tower=cfg.scratch, embed_dim=cfg.scratch_embed_dim,
+                             image_tower=None, text_tower=cfg.scratch, embed_dim=cfg.scratch_embed_dim,  # lit: no f
                              loss=LossConfig(0.07, learnable=True))
         data = {r: {"third": image[r], "input_ids": feats.tokens(r)[:, 0], "attention_mask": feats.tokens(r)[:, 1]}
                 for r in image}
@@ -299,6 +290,9 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
             row.update({f"zero-shot-avg/{m}": v for m, v in found.items()})
     found = retrieval(model, feats.image("retrieval"), long_text("retrieval"))
     row.update({f"retrieval/{m}": v for m, v in found.items()})
+    with torch.no_grad():  # hubness: the share of captions whose nearest image is the most often retrieved one
+        nearest = (model.embed_text(long_text("retrieval")) @ model.embed_image(feats.image("retrieval")).T).argmax(1)
+    row["retrieval/hub_share"] = float(nearest.bincount().max()) / len(nearest)
     others = []
     for locale, labelled in label_sets(cfg, bench).items():
         row[f"labels:{locale}/acc1"] = zero_shot(model, feats.image("zero-shot"), short_text(f"labels:{locale}"),
@@ -358,33 +352,40 @@ def main_runs(cfg: Config, runs: Runs) -> Runs:
 
 
 def coincidences(cfg: Config, bench: Benchmark, runs: Runs) -> list[dict]:
-    """Pairs of results whose means agree to 0.1 point (facet counts on one metric; two locales of one
-    method), each with its per-seed values: a tie of means on a coarse metric (R@1 among 381 moves in steps
-    of 0.26 points) is a coincidence when the seeds differ, and a sign that nothing differed when they do not."""
-    K, pairs = len(cfg.text.facets), []
+    """Results that look degenerate, with their per-seed values (%): two settings whose means agree to 0.1 point
+    (facet counts on one metric; two locales of one method), and a metric with one value on every seed. A tie
+    on a coarse metric (R@1 among 381 moves in steps of 0.26 points) is a coincidence when the seeds differ."""
+    K, pairs, out = len(cfg.text.facets), [], []
+    kinds = {run_key(r, cfg): {k: r[k] for k in ("method", "facets", "loss")} for r in runs}
+    metrics = {**METRICS, **{f"labels:{loc}/acc1": f"labels_{loc}_acc1" for loc in label_sets(cfg, bench)}}
     for k in sorted({r["facets"] for r in runs.where(method="flame", loss=cfg.loss)} - {K}):
-        for metric in ("zero-shot/acc1", "retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1"):
-            pairs.append((f"FLAME {K} vs {k} facets, {metric}", metric, main_setting(cfg), metric,
-                          dict(method="flame", facets=k, loss=cfg.loss)))
+        pairs += [(f"FLAME {K} vs {k} facets, {metrics[m]}", m, main_setting(cfg), m,
+                   dict(method="flame", facets=k, loss=cfg.loss)) for m in TIES]
     locales = list(label_sets(cfg, bench))
-    for row in {run_key(r, cfg): r for r in main_runs(cfg, runs)}.values():
-        where = {k: row[k] for k in ("method", "facets", "loss")}
-        pairs += [(f"{run_key(row, cfg)}, labels {a} vs {b}", f"labels:{a}/acc1", where, f"labels:{b}/acc1", where)
+    for key in {run_key(r, cfg) for r in main_runs(cfg, runs)}:
+        pairs += [(f"{key}, labels {a} vs {b}", f"labels:{a}/acc1", kinds[key], f"labels:{b}/acc1", kinds[key])
                   for i, a in enumerate(locales) for b in locales[i + 1:]]
-    out = []
     for label, metric_a, a, metric_b, b in pairs:
         va, vb = runs.values(metric_a, **a), runs.values(metric_b, **b)
         if va and vb and round(100 * sum(va) / len(va), 1) == round(100 * sum(vb) / len(vb), 1):
-            out.append({"results": label, "mean %": round(100 * sum(va) / len(va), 1),
-                        "per seed, first": " / ".join(f"{100 * v:.1f}" for v in va),
-                        "per seed, second": " / ".join(f"{100 * v:.1f}" for v in vb), "identical per seed": va == vb})
+            out.append({"results": label, "per seed (%)": " / ".join(f"{100 * v:.1f}" for v in va),
+                        "the other, per seed (%)": " / ".join(f"{100 * v:.1f}" for v in vb),
+                        "identical per seed": va == vb})
+    for key, where in kinds.items():
+        for metric, name in metrics.items():
+            values = runs.values(metric, **where)
+            if len(values) > 1 and len(set(values)) == 1 and metric != "labels:other/acc1":  # that one is a mean
+                out.append({"results": f"{key}, {name}: one value on every seed", "the other, per seed (%)": "",
+                            "per seed (%)": " / ".join(f"{100 * v:.1f}" for v in values), "identical per seed": True})
     return out
 
 
+TIES = ("zero-shot/acc1", "zero-shot-avg/acc1", "retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1")
 METRICS = {"zero-shot/acc1": "zero_shot_acc1", "zero-shot/acc5": "zero_shot_acc5",
            "zero-shot-avg/acc1": "zero_shot_avg_acc1", "retrieval/image_retrieval_recall@1": "t2i_r1",
            "retrieval/image_retrieval_recall@5": "t2i_r5", "retrieval/text_retrieval_recall@1": "i2t_r1",
-           "retrieval/text_retrieval_recall@5": "i2t_r5", "labels:other/acc1": "labels_other_acc1"}
+           "retrieval/text_retrieval_recall@5": "i2t_r5", "retrieval/hub_share": "hub_share",
+           "labels:other/acc1": "labels_other_acc1"}
 
 
 def findings(cfg: Config, bench: Benchmark, runs: Runs) -> dict[str, float | None]:
@@ -450,15 +451,13 @@ def facet_mask_figure(encoder, caption: str):
 
 
 def speed_table(path):
-    """``bench/results/facets.json`` (written by ``bench/facets.py``) as a table, and the header line."""
+    """``bench/results/facets.json`` (written by ``bench/facets.py``) as a table, and the file's contents."""
     import pandas as pd
 
     speed = json.loads(path.read_text())
     table = pd.DataFrame([{
         "model": short(r["model"]), "captions x facets": f"{r['captions']} x {r['facets']}",
-        "decoupled emb/s": round(r["embeddings_per_s"]["decoupled"], 1),
-        "separate emb/s": round(r["embeddings_per_s"]["separate"], 1),
-        "stacked emb/s": round(r["embeddings_per_s"]["stacked"], 1),
+        **{f"{m} emb/s": round(r["embeddings_per_s"][m], 1) for m in ("decoupled", "separate", "stacked")},
         "speed-up vs K passes": round(r["speedup_vs_separate"], 2),
         "speed-up vs K-times batch": round(r["speedup_vs_stacked"], 2),
         "max |diff| vs separate": f"{r['max_abs_difference_vs_separate']:.1e}",

@@ -8,8 +8,8 @@ features the chapter reads (the third tower's p(I) of every image set: one plan,
 ``python -m lib.precompute --chapter three_towers``), the towers' resident inputs (pixels and tokens), one
 training-and-evaluation run, the ablations, the paper's claims with their verdicts
 (:data:`lib.core.results.RULE`), and the method diagram drawn from a built model. See
-notebooks/three_towers.py, sections "The data", "The three towers", "Training" and "What reproduced, what
-did not".
+notebooks/three_towers.py, sections "The data", "The three towers", "Training" and
+"What reproduced, what did not".
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import torch
 from lib.core import config as configs
 from lib.core import features
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
+from lib.core.evaluate import prompt_texts
 from lib.core.results import Claim, Runs, versus
 from lib.core.train import fit, seed_everything
 from lib.data import datasets
@@ -138,8 +139,12 @@ class Inputs:
 
 
 def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=None) -> Inputs:
-    """Pixels at the image tower's resolution, tokenised captions and p(I) from the materialised plan."""
-    tokenizer = tokenizer or tt.load_tokenizer(cfg.text_tower.tokenizer)
+    """Pixels at the image tower's resolution, tokenised captions and p(I) from the materialised plan. The
+    tokenizer is restricted to the word pieces of the chapter's captions and prompts
+    (:class:`lib.methods.three_towers.CompactVocabulary`)."""
+    pairs = [*training_pairs(cfg, bench), bench.val, bench.retrieval]
+    texts = [c for p in pairs for c in p.captions] + [t for s in bench.zero_shot for t in prompt_texts(s)]
+    tokenizer = tt.CompactVocabulary(tokenizer or tt.load_tokenizer(cfg.text_tower.tokenizer), texts)
     cache: dict[str, dict] = {}
 
     def tensors(images, captions: bool) -> dict[str, torch.Tensor]:

@@ -10,7 +10,7 @@ text is a target, at test time a class's score is the mean of its texts' scores 
 This module holds what the notebook runs and nothing it shows: the schema of ``notebooks/configs/viterb.yaml``,
 the benchmarks (:mod:`lib.data.class_splits`, :mod:`lib.data.full_sets`) and class texts
 (:mod:`lib.data.class_texts`), the feature plan (shared with ``python -m lib.precompute --chapter viterb``),
-the runs, a decoder's perplexity on held-out text, the paper's Table 1, the claims, and the split diagram.
+the runs, a decoder's perplexity on held-out text, the paper's Table 1 and the claims.
 See notebooks/viterb.py, sections "Seen and unseen classes, as data", "Text per class" and
 "Train on seen classes, score on unseen ones".
 """
@@ -37,7 +37,7 @@ from lib.methods.sharelock import ShareLock
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "RunSpec", "run_specs", "texts_of", "feature_plan",
            "ChapterFeatures", "ClassTextPairs", "unseen_score", "train_and_score", "capability", "PAPER_TABLE_1",
-           "paper_table", "score_table", "outcome", "claims", "findings", "split_diagram", "label", "family", "short"]
+           "paper_table", "score_table", "outcome", "claims", "findings", "label", "family", "short"]
 
 NAME = "viterb"
 TextKind = Literal["name", "description", "encyclopedia", "reference"]
@@ -147,7 +147,7 @@ def run_specs(cfg: Config, quick: bool = False) -> list[RunSpec]:
             out.append(RunSpec("control", d, cfg.text[0], "name", main, seed, shuffle=True))
     for vision in [] if quick else cfg.vision[1:]:
         out += [RunSpec("vision check", d, t, k, vision, seed) for seed in cfg.seeds[:cfg.vision_check_seeds]
-                for d in cfg.datasets for t in cfg.text for k in cfg.vision_check_kinds]
+                for d in cfg.score_datasets for t in cfg.text for k in cfg.vision_check_kinds]
     return out
 
 
@@ -458,44 +458,3 @@ def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> di
         out[f"chance/{dataset}"] = next((r["chance"] for r in runs.where(dataset=dataset)), None)
     out.update({f"perplexity/{m}": p for m, p in perplexity.items()})
     return out
-
-
-# ------------------------------------------------------------------------------------ the split diagram
-def split_diagram(benches: dict[str, ClassBenchmark], cfg: Config):
-    """The protocol, drawn from the benchmarks themselves: for each dataset its seen / val / unseen classes
-    (bar widths: shares of the classes; labels: class and image counts), and what each part is used for."""
-    import matplotlib.pyplot as plt
-
-    colours = {"seen": "#4C72B0", "val": "#8FB3DE", "unseen": "#C44E52"}
-    fig, (bars, flow) = plt.subplots(1, 2, figsize=(11, 1.2 + 0.9 * len(benches)),
-                                     gridspec_kw={"width_ratios": [1.6, 1]})
-    for y, (name, bench) in enumerate(reversed(list(benches.items()))):
-        counts, left = bench.counts(), 0.0
-        images = {"seen": counts["train images"], "val": counts["val images"], "unseen": counts["test images"]}
-        for role in class_splits.ROLES:
-            n = counts[f"{role} classes"]
-            if n:
-                width = n / len(bench.class_keys)
-                bars.barh(y, width, left=left, height=0.5, color=colours[role], edgecolor="white")
-                bars.text(left + width / 2, y, f"{n} {role}\n{images[role]} img", ha="center", va="center",
-                          fontsize=8, color="white" if width > 0.1 else "black")
-                left += width
-        where = "the score" if name in cfg.score_datasets else "a separate check"
-        extra = (f"; val: {images['val']} held-out photos of the seen classes"
-                 if images["val"] and not counts["val classes"] else "")
-        bars.text(0, y + 0.32, f"{name}: {where}, chance {100 / counts['unseen classes']:.1f} %{extra}", fontsize=9,
-                  ha="left", va="bottom")
-    bars.set(xlim=(0, 1.0), ylim=(-0.5, len(benches) - 0.2), yticks=[], xlabel="share of the dataset's classes")
-    bars.grid(False)
-    bars.spines[["top", "right", "left"]].set_visible(False)
-    steps = [("seen", "seen classes: train the head on\n(image, class text) pairs, one text\nof the class drawn per step"),
-             ("val", "val images: early stopping"),
-             ("unseen", "unseen classes: classify each test\nimage among the unseen classes by\nthe mean score of their texts;\n"
-                        "score = mean per-class accuracy")]
-    for i, (role, text) in enumerate(steps):
-        flow.text(0.02, 0.95 - 0.3 * i, text, fontsize=8.5, va="top", ha="left",
-                  bbox=dict(boxstyle="round", facecolor=colours[role], alpha=0.25, edgecolor=colours[role]))
-    flow.axis("off")
-    fig.suptitle("ViTeRB's protocol: disjoint seen and unseen classes per dataset", fontsize=11)
-    fig.tight_layout()
-    return fig

@@ -291,12 +291,14 @@ def as_dict(instance: Any) -> dict:
     return dataclasses.asdict(instance)
 
 
-def parameter_overrides(*, seeds: Any = None, limit: Any = None, **fields: Any) -> dict:
+def parameter_overrides(*, seeds: Any = None, limit: Any = None, overrides: Any = None, **fields: Any) -> dict:
     """A notebook's papermill parameters as config overrides (``None`` = keep the config's value).
 
     ``papermill -p seeds "[0, 1]"`` hands the notebook the *string* ``"[0, 1]"``; a string is therefore
     read as YAML first, so it becomes the list it spells instead of being split into characters.
-    ``limit`` sets ``data.limit``; other keyword arguments set top-level fields of the same name.
+    ``limit`` sets ``data.limit``; ``overrides`` is a nested mapping (or its YAML text, e.g.
+    ``-p overrides "{device: cpu, train: {steps: 2}}"``) merged over the config section; other keyword
+    arguments set top-level fields of the same name.
     """
     def parsed(name: str, value: Any) -> Any:
         if isinstance(value, str):
@@ -307,11 +309,16 @@ def parameter_overrides(*, seeds: Any = None, limit: Any = None, **fields: Any) 
         return value
 
     out: dict = {}
+    if overrides is not None:
+        extra = parsed("overrides", overrides)
+        if not isinstance(extra, dict):
+            raise ConfigError(f"parameter overrides={overrides!r} must be a mapping of config fields")
+        out = _merge(out, extra)
     if seeds is not None:
         seeds = parsed("seeds", seeds)
         out["seeds"] = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
     if limit is not None:
-        out["data"] = {"limit": parsed("limit", limit)}
+        out = _merge(out, {"data": {"limit": parsed("limit", limit)}})
     for name, value in fields.items():
         if value is not None:
             out[name] = parsed(name, value)

@@ -9,6 +9,7 @@ See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feat
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ from lib.core.checksums import file_sha256
 from lib.core.atomic import building_dir, write_json
 
 OFFLINE_PREFIX = "offline/"
-# Files whose bytes change a model's outputs: all of them key the features of a local model folder.
-_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".onnx", ".json"}
+# Files whose bytes change a model's outputs (weights, configs, tokenizer vocabularies, custom code): all
+# of them key the features of a local model folder. Hidden files and folders (.git, .cache) do not.
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".onnx", ".json", ".txt", ".model",
+                    ".tiktoken", ".py"}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -218,12 +221,48 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
             "(a hub id has the form owner/name; a local path must point to a folder or file)"
         )
     if local.exists():
-        if local.is_dir():
-            weights = sorted(p for p in local.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
-            hashes = {str(p.relative_to(local)): file_sha256(p) for p in weights}
-        else:
-            hashes = {local.name: file_sha256(local)}
-        identity = {"name": str(local.resolve()), "sha256": hashes}
-        return ResolvedModel(name, str(local), library, identity)
+        return ResolvedModel(name, str(local), library, _local_identity(local))
     # A hub id: the library downloads (or finds in the HF cache) the pinned revision.
     return ResolvedModel(name, name, library, {"name": name, "revision": revision or "main"})
+
+
+def _local_identity(local: Path) -> dict:
+    """A local folder or file, keyed by its contents only: moving or renaming it keeps its features.
+
+    Folder: the sha256 of each file that changes the outputs (``_WEIGHT_SUFFIXES``), by its path inside
+    the folder. File: its sha256. Hashes are cached (:func:`_hashes`), so a fully cached run reads no weights.
+    """
+    if local.is_dir():
+        files = {p.relative_to(local).as_posix(): p for p in sorted(local.rglob("*"))
+                 if p.suffix in _WEIGHT_SUFFIXES and p.is_file()
+                 and not any(part.startswith(".") for part in p.relative_to(local).parts)}
+        return {"local": "folder", "sha256": _hashes(local, files)}
+    return {"local": "file", "sha256": _hashes(local.parent, {local.name: local})[local.name]}
+
+
+def _hashes(folder: Path, files: dict[str, Path]) -> dict[str, str]:
+    """sha256 of each file, re-hashing only those whose (size, mtime_ns, ctime_ns) changed since the last call.
+
+    The record is one small JSON per folder under ``lib.core.paths.cache_root()/hashes/``, keyed by the
+    folder's real path (a moved folder is hashed once more, to the same identity). A cache that cannot be
+    written only costs time. The stat is taken before hashing, so a file changed meanwhile is hashed again.
+    """
+    real = str(folder.resolve())
+    record = paths.cache_root() / "hashes" / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"
+    try:
+        known = json.loads(record.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        known = {}
+    fresh = {}
+    for rel, path in files.items():
+        st = path.stat()
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        old = known.get(rel) if isinstance(known, dict) else None
+        same = isinstance(old, dict) and old.get("stamp") == stamp and isinstance(old.get("sha256"), str)
+        fresh[rel] = {"stamp": stamp, "sha256": old["sha256"] if same else file_sha256(path)}
+    if fresh != known:
+        try:
+            write_json(record, {"folder": real, "files": fresh})
+        except OSError:
+            pass
+    return {rel: value["sha256"] for rel, value in fresh.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["setup", "glue", "percent_axis", "chance_line", "FIGURE_DPI", "OFFLINE_CONFIGS"]
+__all__ = ["setup", "glue", "runtime", "percent_axis", "chance_line", "FIGURE_DPI", "OFFLINE_CONFIGS"]
 
 FIGURE_DPI = 150  # inline figures are rendered at this resolution (and twice it on high-density screens)
 OFFLINE_CONFIGS = ("small", "medium")
@@ -74,3 +74,12 @@ def chance_line(axis, level: float, *, vertical: bool = False, label: str = "cha
     """Draw the chance level of one test set on one panel (every panel gets its own)."""
     style = {"color": "black", "ls": ":", "lw": 1.2, **style}
     (axis.axvline if vertical else axis.axhline)(level, label=label, **style)
+
+
+def runtime(started: float) -> str:
+    """How long this run took, in words for the chapter's opening ("48 seconds on 2 CPU threads")."""
+    import torch
+
+    elapsed = time.time() - started
+    amount = f"{elapsed:.0f} seconds" if elapsed < 120 else f"{elapsed / 60:.0f} minutes"
+    return f"{amount} on {torch.get_num_threads()} CPU threads"

@@ -14,7 +14,7 @@ Layout of one entry, ``root/<key[:2]>/<key>/`` with ``key = spec_key(spec)``::
     spec.json                 the spec, for humans and for `grep`
     ids.json                  the row ids; row i of the features belongs to ids[i]
     shard-00000.npy           rows [0, shard_rows), plain .npy (no pickle), memory-mapped on read
-    shard-00000.json          sidecar {index, rows, shape, dtype, sha256, nbytes}
+    shard-00000.json          sidecar {index, rows, shape, dtype, xxh3_128, nbytes}
     manifest.json             written last, once every shard exists: the entry is complete
     locks/entry.lock          empty files that processes ``flock``; never deleted (see "Concurrency")
     locks/shard-00000.lock
@@ -28,12 +28,20 @@ Why it looks like this:
   file under a real name. A shard's sidecar is written only *after* its ``.npy`` is in place: a
   shard is finished iff its sidecar exists and the ``.npy`` matches it. Hence precompute is
   resumable: finished shards are never recomputed, a shard without a sidecar always is.
-* **Checksums.** Sidecars carry the sha256 of the ``.npy`` file; reads verify it per the store's
-  ``verify`` policy. The manifest carries a sha256 of its own content, so an edited or damaged
-  manifest is reported as such (not as a bad shard). :meth:`FeatureStore.repair` deletes exactly the
-  shards that fail, restores a lost sidecar from the manifest, and drops a manifest or ``ids.json``
-  that disagrees with intact shards, so the next :meth:`FeatureStore.get_or_compute` recomputes only
-  what was broken. The manifest holds no timestamp: the same inputs give a bit-identical entry.
+* **Checksums.** Sidecars carry a checksum of the ``.npy`` file under the name of its algorithm
+  (XXH3-128; entries written before carry sha256 and are verified with it); reads verify it per the
+  store's ``verify`` policy. The manifest carries a sha256 of its own content, so an edited or damaged
+  manifest is reported as such (not as a bad shard). The manifest holds no timestamp: the same inputs
+  give a bit-identical entry.
+* **Advice that works.** ``python -m lib.core.store repair <entry dir>`` (lib.core.store_repair;
+  :meth:`FeatureStore.repair` given a spec) deletes exactly the shards that fail, restores a lost
+  sidecar from the manifest, and drops a manifest or ``ids.json`` that disagrees with intact shards, so
+  the next :meth:`FeatureStore.get_or_compute` recomputes only what was broken; ``... check <entry
+  dir>`` verifies every shard. Every message that gives advice gives that command with the real path.
+  Deleting a shard's files and rerunning works too: a cache hit stats every listed shard (no hashing),
+  and one that is missing or of the wrong size is recomputed, with a warning.
+* **Read-only or full.** A cache hit writes nothing and takes no lock, so read-only stores serve hits;
+  a call that must write to one, or to a full disk, is one StoreError naming the store and the fix.
 * **Ranks.** With ``world_size`` W, rank r computes shards r, r+W, ... (``torchrun``/``accelerate``),
   so many GPUs need no new code; whichever process finds all shards present writes the manifest.
 * **Concurrency.** Any number of processes may precompute into one entry at once (ranks, or two
@@ -54,6 +62,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -62,20 +72,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lib.core import store_files
+from lib.core import store_files, store_repair
 from lib.core.store_files import (
-    _DTYPES, _META, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _fault,
-    _flock, _manifest_digest, _npy_header, _open_shard, _read_manifest, _repair_hint, _sha, _verified, spec_key,  # noqa: F401  (_verified: bench/store.py clears it)
+    _DTYPES, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _fault,
+    _flock, _lock_path, _manifest_digest, _npy_header, _read_manifest, _repair_hint, _sha, _sidecar, _verified,  # noqa: F401  (_verified: bench/store.py clears it)
+    _writing, repair_command, spec_key,
 )
 
-__all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures", "store_files"]
+__all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures", "store_files", "repair_command"]
 
 
 class FeatureStore:
     """A directory of cache entries, one per spec (see the module docstring and book/design.md).
 
     ``dtype`` is how new shards are stored (float16 halves disk and RAM; overflow is an error,
-    never a silent inf). ``verify``: "once" checks a shard's sha256 the first time this process
+    never a silent inf). ``verify``: "once" checks a shard's checksum the first time this process
     opens it, "always" on every open, "never" trusts the sidecar (sizes and shapes are always checked).
     Several processes may precompute into one entry at once (see "Concurrency" in the module docstring).
     """
@@ -121,20 +132,20 @@ class FeatureStore:
                              "run the precompute step, FeatureStore.get_or_compute(spec, ids, compute), first")
         return self._load(entry)
 
-    def _load(self, entry: Path, computed: int = 0) -> CachedFeatures:
-        manifest = _read_manifest(entry)
+    def _load(self, entry: Path, computed: int = 0, manifest: dict | None = None) -> CachedFeatures:
+        manifest = _read_manifest(entry) if manifest is None else manifest
         ids_path = entry / "ids.json"
         raw = ids_path.read_bytes() if ids_path.is_file() else None
         if raw is None or _sha(raw) != manifest["ids_sha256"]:
             state = "is missing" if raw is None else "does not match the ids hash in its manifest (damaged)"
             raise StoreError(f"ids.json of entry {entry.name} ({ids_path}) {state}: {_repair_hint(entry)} with this "
-                             "entry's ids (it rewrites ids.json and recomputes nothing)")
+                             "entry's ids (the run rewrites ids.json and recomputes nothing)")
         return CachedFeatures(entry, manifest, json.loads(raw), self.verify,
                               shards_computed=computed, shards_reused=len(manifest["shards"]) - computed)
 
     @staticmethod
     def _lock_path(entry: Path, shard: int | None = None) -> Path:
-        return entry / "locks" / ("entry.lock" if shard is None else f"shard-{shard:05d}.lock")
+        return _lock_path(entry, shard)
 
     def _check_ids(self, entry: Path, key: str, ids_raw: bytes) -> None:
         """ids.json must hold exactly this call's ids; one message saying why not otherwise."""
@@ -156,18 +167,44 @@ class FeatureStore:
             readable = False
         if not readable:
             raise StoreError(f"ids.json of entry {key} ({path}) is damaged (not a JSON list of str) and no manifest "
-                             f"says which ids its shards hold: delete {entry} and rerun get_or_compute")
+                             f"says which ids its shards hold: {_repair_hint(entry)} (its shards are recomputed)")
         raise StoreError(f"entry {key} ({entry}) was built for different ids than this call passes: the ids "
                          "changed but the spec did not. Put the dataset manifest hash (or a hash of the ids) "
-                         "in the spec so each dataset version gets its own entry, or delete the entry directory")
+                         f"in the spec so each dataset version gets its own entry, or delete the entry "
+                         f"(`rm -r {_q(entry)}`) and rerun")
 
-    def _hit(self, entry: Path, key: str, ids_raw: bytes, dtype: str) -> CachedFeatures:
+    def _hit(self, entry: Path, key: str, ids_raw: bytes, dtype: str, warn: bool) -> CachedFeatures | None:
+        """The complete entry; None (and a warning if ``warn``) if a listed shard file is missing or of the
+        wrong size (one stat per shard, no hashing): the caller recomputes it."""
         self._check_ids(entry, key, ids_raw)
         manifest = _read_manifest(entry)
         if manifest["dtype"] != dtype:
             raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this call asks for "
-                             f"dtype={dtype}: put the dtype in the spec, or ask for dtype={manifest['dtype']!r}")
-        return self._load(entry)
+                             f"dtype={dtype}: put the dtype in the spec, or ask for dtype={manifest['dtype']!r}, or "
+                             f"delete the entry (`rm -r {_q(entry)}`) and rerun")
+        lost = [sc["index"] for sc in manifest["shards"] if _size(entry / f"shard-{sc['index']:05d}.npy") != sc["nbytes"]]
+        if not lost:
+            return self._load(entry, manifest=manifest)
+        if warn:
+            warnings.warn(f"shard(s) {', '.join(map(str, lost))} of the complete entry {key} ({entry}) are missing or "
+                          "of the wrong size; recomputing them (the other shards are reused)")
+        return None
+
+    def _reopen(self, entry: Path, key: str, ids_raw: bytes, dtype: str) -> CachedFeatures | None:
+        """Under the entry lock: the complete entry, or, if a listed shard is lost, an incomplete one (the
+        manifest dropped first, then the lost shards' files, each under its lock) that the caller resumes."""
+        hit = self._hit(entry, key, ids_raw, dtype, warn=False)
+        if hit is not None:
+            return hit
+        manifest = _read_manifest(entry)
+        (entry / "manifest.json").unlink()
+        for sc in manifest["shards"]:
+            s = sc["index"]
+            with _flock(_lock_path(entry, s)):
+                if _size(entry / f"shard-{s:05d}.npy") != sc["nbytes"]:
+                    for name in (f"shard-{s:05d}.json", f"shard-{s:05d}.npy"):
+                        (entry / name).unlink(missing_ok=True)
+        return None
 
     def get_or_compute(self, spec: Mapping, ids: Sequence[str],
                        compute: Callable[[np.ndarray], np.ndarray | torch.Tensor],
@@ -198,8 +235,11 @@ class FeatureStore:
         record = {"key": key, "rows": len(ids), "computed": []}
         self.calls.append(record)
         if (entry / "manifest.json").is_file() and (entry / "ids.json").is_file():
-            return self._hit(entry, key, ids_raw, dtype)  # the common case: no lock, nothing written
-        entry.mkdir(parents=True, exist_ok=True)
+            hit = self._hit(entry, key, ids_raw, dtype, warn=True)  # the common case: no lock, nothing written
+            if hit is not None:
+                return hit
+        with _writing(entry):
+            entry.mkdir(parents=True, exist_ok=True)
 
         with _flock(self._lock_path(entry)):
             self._clean_temp(entry, meta=True)
@@ -210,7 +250,9 @@ class FeatureStore:
                 _atomic_write(entry / "ids.json", ids_raw, "ids")
             self._check_ids(entry, key, ids_raw)
             if (entry / "manifest.json").is_file():
-                return self._hit(entry, key, ids_raw, dtype)
+                hit = self._reopen(entry, key, ids_raw, dtype)
+                if hit is not None:
+                    return hit
 
         layout = (dtype, shard_rows)
         n_shards = -(-len(ids) // shard_rows)
@@ -242,8 +284,7 @@ class FeatureStore:
                                  "process is deleting shards; rerun get_or_compute")
             dims = {sc["shape"][1] for sc in sidecars}
             if len(dims) != 1:
-                raise StoreError(f"shards of entry {key} ({entry}) disagree on the feature dim {sorted(dims)}: "
-                                 f"delete {entry} and rerun get_or_compute")
+                raise _dims_error(entry, dims)
             self._clean_temp(entry, meta=True, idle_shards=True)
             manifest = {"key": key, "spec": json.loads(_canonical(spec)), "n_rows": len(ids), "dim": dims.pop(),
                         "dtype": dtype, "shard_rows": shard_rows, "shards": sidecars,
@@ -285,7 +326,7 @@ class FeatureStore:
             raise StoreError(f"shard {s} of entry {key} ({side}) holds rows {sc['rows']} as {sc['dtype']}, but this "
                              f"call (shard_rows={shard_rows}, dtype={dtype}) expects "
                              f"{self._rows(s, n, shard_rows)} as {dtype}: reuse the settings that started this "
-                             f"entry (put the dtype in the spec), or delete {entry}")
+                             f"entry (put the dtype in the spec), or delete the entry (`rm -r {_q(entry)}`) and rerun")
         try:
             ok = npy.stat().st_size == sc["nbytes"] and list(_npy_header(npy)[0]) == sc["shape"]
         except (OSError, ValueError):
@@ -324,99 +365,57 @@ class FeatureStore:
         if not np.isfinite(y).all():
             raise StoreError(f"features overflow {dtype} in entry {key} (shard {s}, max |x| = "
                              f"{np.abs(x).max():.3g}): use FeatureStore(dtype='float32') and put the dtype in the spec")
+        for side in entry.glob("shard-?????.json"):  # one finished shard tells the entry's dim
+            try:
+                dim = json.loads(side.read_bytes())["shape"][1]
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                continue
+            if dim != y.shape[1]:  # refused before anything is written
+                raise _dims_error(entry, {dim, y.shape[1]})
+            break
         _fault("shard_computed")
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(y), allow_pickle=False)
         data = buf.getvalue()
         _atomic_write(entry / f"shard-{s:05d}.npy", data, "npy")  # the data first ...
-        sidecar = {"index": s, "rows": [start, stop], "shape": list(y.shape), "dtype": dtype,
-                   "sha256": _sha(data), "nbytes": len(data)}
+        sidecar = _sidecar(s, [start, stop], list(y.shape), dtype, data)
         _atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode(), "sidecar")  # ... then its sidecar
 
     def _clean_temp(self, entry: Path, *, shard: int | None = None, meta: bool = False,
                     idle_shards: bool = False) -> None:
-        """Delete crash leftovers, each only under the lock that its writer would hold.
-
-        ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
-        ids.json, manifest.json (caller holds the entry lock). ``idle_shards``: temp files of any shard
-        whose lock is free right now (a live writer holds its shard's lock, so its files stay).
-        """
-        prefixes = [f".shard-{shard:05d}."] if shard is not None else []
-        prefixes += [f".{name}." for name in _META] if meta else []
-        for tmp in sorted(entry.glob(".*.tmp")):
-            name = tmp.name
-            if not name.startswith(tuple(prefixes)):
-                if not (idle_shards and name.startswith(".shard-") and name[7:12].isdigit()):
-                    continue
-                with _flock(self._lock_path(entry, int(name[7:12])), blocking=False) as held:
-                    if held:
-                        tmp.unlink(missing_ok=True)
-                continue
-            tmp.unlink(missing_ok=True)
+        """Delete crash leftovers, each only under the lock its writer would hold (store_files._clean_temp)."""
+        _clean_temp(entry, shard=shard, meta=meta, idle_shards=idle_shards)
 
     def repair(self, spec: Mapping) -> list[int]:
         """Make the entry consistent again; return the indices of the shards it deleted.
 
-        Every shard is checked in full (sha256) against its sidecar, or against the manifest's copy
-        when the sidecar is lost or damaged (then the sidecar is restored). A shard that matches
-        neither is deleted, so the next :meth:`get_or_compute` recomputes exactly those shards. A
-        manifest that is damaged or disagrees with intact shards is deleted (the next call rebuilds it
-        without recomputing anything), and so is an ``ids.json`` that disagrees with an intact
-        manifest (the next call rewrites it). Crash leftovers (temp files) go too. Safe while other
-        processes precompute into the entry: it takes the entry lock, then each shard's lock in turn.
+        The same as ``python -m lib.core.store repair <entry dir>`` (lib.core.store_repair.repair): every
+        shard is checked in full against its sidecar or the manifest's copy, the ones that match neither
+        are deleted, so the next :meth:`get_or_compute` recomputes exactly those; a damaged manifest or
+        ``ids.json`` is dropped and rebuilt without recomputing. Safe while other processes precompute.
         """
         entry = self.entry_dir(spec)
         if not entry.is_dir():
             raise StoreError(f"no entry for this spec (key {entry.name}) under {self.root}: nothing to repair")
-        key = entry.name
-        with _flock(self._lock_path(entry)):
-            self._clean_temp(entry, meta=True)
-            spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True).encode()
-            spec_path = entry / "spec.json"
-            if spec_path.is_file() and spec_path.read_bytes() != spec_json:
-                _atomic_write(spec_path, spec_json, "spec")
-            manifest_path, manifest, listed, drop_manifest = entry / "manifest.json", None, {}, False
-            if manifest_path.is_file():
-                try:
-                    manifest = _read_manifest(entry)
-                    listed = {sc["index"]: sc for sc in manifest["shards"]}
-                except StoreError:
-                    drop_manifest = True
-            found = {int(p.name[6:11]) for p in entry.glob("shard-?????.*") if p.name[6:11].isdigit()}
-            temps = {int(p.name[7:12]) for p in entry.glob(".shard-?????.*.tmp") if p.name[7:12].isdigit()}
-            bad = []
-            for s in sorted(found | set(listed) | temps):
-                with _flock(self._lock_path(entry, s)):
-                    self._clean_temp(entry, shard=s)
-                    if s not in found and s not in listed:
-                        continue
-                    side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
-                    try:
-                        sidecar = json.loads(side.read_bytes())
-                    except (OSError, ValueError):
-                        sidecar = None
-                    good = None
-                    for record in (sidecar, listed.get(s)):
-                        if good is None and record is not None:
-                            try:
-                                _check_sidecar(record, s)
-                                _open_shard(entry, key, record, "always")
-                                good = record
-                            except (ValueError, StoreError):
-                                pass
-                    if good is None:
-                        bad.append(s)
-                        for p in (side, npy):
-                            p.unlink(missing_ok=True)
-                        continue
-                    if sidecar != good:  # lost or damaged, but the manifest's copy matches the data
-                        _atomic_write(side, json.dumps(good).encode(), "sidecar")
-                    if s in listed and listed[s] != good:
-                        drop_manifest = True
-            ids_path = entry / "ids.json"
-            if manifest is not None and not drop_manifest and not bad and ids_path.is_file() and \
-                    _sha(ids_path.read_bytes()) != manifest["ids_sha256"]:
-                ids_path.unlink()  # the manifest vouches for the ids: get_or_compute rewrites the file
-            if bad or drop_manifest:
-                manifest_path.unlink(missing_ok=True)
-        return bad
+        return store_repair.repair(entry, spec)["deleted"]
+
+
+def _dims_error(entry: Path, dims: set[int]) -> StoreError:
+    return StoreError(f"shards of entry {entry.name} ({entry}) disagree on the feature dim {sorted(dims)} (the encoder "
+                      "changed but the spec did not): put what changed in the spec, or delete the entry "
+                      f"(`rm -r {_q(entry)}`) and rerun")
+
+
+def _q(path: Path) -> str:
+    return shlex.quote(os.path.abspath(path))
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":  # python -m lib.core.store check|repair <entry dir>
+    sys.exit(store_repair.main())

@@ -383,8 +383,10 @@ def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
     algorithm, digest = _checksum(sc)
 
     def fail(problem: str):
-        return StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)}; only the damaged "
-                          "shards are recomputed")
+        error = StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)}; only the damaged "
+                           "shards are recomputed")
+        error.problem = problem  # what lib.core.store_repair reports
+        return error
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -1,12 +1,13 @@
 """Class-level benchmarks: datasets whose classes are split into *seen* and *unseen*, as data.
 
 Why: ViTeRB (Ruthardt et al., §4) measures zero-shot transfer in the traditional sense, on classes that are
-strictly disjoint from the training classes ("ensuring that S ∩ U = ∅"), so the split *is* the benchmark.
+strictly disjoint from the training classes (seen and unseen sets with an empty intersection), so the split *is*
+the benchmark.
 This module holds the one shape every such dataset takes (:class:`ClassBenchmark`: classes with a role,
 images with a class and a role), the seeded split rule, the checksummed split files, and the two datasets
 of the small config: the emoji concepts (drawings, the emoji corpus's family-disjoint split) and Fashion-MNIST
-(photos, a seeded 7 / 3 class split). The full config's four datasets are read by :mod:`lib.data.full_sets`
-into the same shape. See notebooks/viterb.py, section "Seen and unseen classes, as data".
+(photos, a seeded 7 / 3 class split), and the protocol's diagram drawn from these objects. The full config's four
+datasets are read by :mod:`lib.data.full_sets` into the same shape. See notebooks/viterb.py, section "Seen and unseen classes, as data".
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from lib.data import emoji, manifests
 
 __all__ = ["ImageSource", "ClassBenchmark", "seeded_class_split", "write_fashion_split", "load_split_file",
            "EMOJI_SUBSET", "EMOJI_SUBSET_SEED", "emoji_split", "emoji_concepts", "emoji_benchmark",
-           "FashionImages", "fashion_benchmark", "FASHION_SPLIT_SEED", "FASHION_UNSEEN", "SPLIT_DIR", "ROLES"]
+           "FashionImages", "fashion_benchmark", "FASHION_SPLIT_SEED", "FASHION_UNSEEN", "SPLIT_DIR", "ROLES",
+           "split_diagram"]
 
 SPLIT_DIR = REPO_ROOT / "data_manifests" / "splits"
 FASHION_SPLIT_SEED = 0
@@ -204,3 +206,45 @@ def fashion_benchmark(images: FashionImages = FashionImages()) -> ClassBenchmark
             image_roles.append(take)
     return ClassBenchmark("fashion-mnist", tuple(classnames), tuple(classnames), tuple(role[c] for c in classnames),
                           (source,), tuple(rows), tuple(labels), tuple(image_roles))
+
+
+# ------------------------------------------------------------------------------------ the split diagram
+def split_diagram(benches: dict[str, ClassBenchmark], score_datasets: Sequence[str] = ()):
+    """ViTeRB's protocol drawn from the benchmark objects themselves (a matplotlib figure): for each dataset its
+    seen / val / unseen classes (bar widths: shares of its classes; labels: class and image counts; whether it
+    is in the score or a separate check), and what each part is used for."""
+    import matplotlib.pyplot as plt
+
+    colours = {"seen": "#4C72B0", "val": "#8FB3DE", "unseen": "#C44E52"}
+    fig, (bars, flow) = plt.subplots(1, 2, figsize=(11, 1.2 + 0.9 * len(benches)),
+                                     gridspec_kw={"width_ratios": [1.6, 1]})
+    for y, (name, bench) in enumerate(reversed(list(benches.items()))):
+        counts, left = bench.counts(), 0.0
+        images = {"seen": counts["train images"], "val": counts["val images"], "unseen": counts["test images"]}
+        for role in ROLES:
+            n = counts[f"{role} classes"]
+            if n:
+                width = n / len(bench.class_keys)
+                bars.barh(y, width, left=left, height=0.5, color=colours[role], edgecolor="white")
+                bars.text(left + width / 2, y, f"{n} {role}\n{images[role]} img", ha="center", va="center",
+                          fontsize=8, color="white" if width > 0.1 else "black")
+                left += width
+        where = "the score" if name in score_datasets else "a separate check"
+        extra = (f"; val: {images['val']} held-out photos of the seen classes"
+                 if images["val"] and not counts["val classes"] else "")
+        bars.text(0, y + 0.32, f"{name}: {where}, chance {100 / counts['unseen classes']:.1f} %{extra}", fontsize=9,
+                  ha="left", va="bottom")
+    bars.set(xlim=(0, 1.0), ylim=(-0.5, len(benches) - 0.2), yticks=[], xlabel="share of the dataset's classes")
+    bars.grid(False)
+    bars.spines[["top", "right", "left"]].set_visible(False)
+    steps = [("seen", "seen classes: train the head on\n(image, class text) pairs, one text\nof the class drawn per step"),
+             ("val", "val images: early stopping"),
+             ("unseen", "unseen classes: classify each test\nimage among the unseen classes by\nthe mean score of their texts;\n"
+                        "score = mean per-class accuracy")]
+    for i, (role, text) in enumerate(steps):
+        flow.text(0.02, 0.95 - 0.3 * i, text, fontsize=8.5, va="top", ha="left",
+                  bbox=dict(boxstyle="round", facecolor=colours[role], alpha=0.25, edgecolor=colours[role]))
+    flow.axis("off")
+    fig.suptitle("ViTeRB's protocol: disjoint seen and unseen classes per dataset", fontsize=11)
+    fig.tight_layout()
+    return fig

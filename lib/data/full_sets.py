@@ -1,7 +1,7 @@
 """The full config's class-level datasets (AWA2, CUB, FGVC-Aircraft, ImageNet+), read in their released layouts.
 
-Why: ViTeRB (Ruthardt et al., §4) selects "AWA2 (Xian et al., 2017), CUB (Wah et al., 2011), FGVCaircraft
-(Maji et al., 2013), and ImageNet+ [...] for their complementary characteristics" (40 to 1,000 seen classes).
+Why: ViTeRB (Ruthardt et al., §4) selects AWA2, CUB, FGVC-Aircraft and ImageNet+ for their complementary
+characteristics (40 to 1,000 seen classes).
 Each loader reads one dataset as its manifest's ``layout`` describes (where the class list, the image lists
 and the images are), checks that every class the split names is there with images, and hands (class key,
 display name, relative image paths) to ``_full_benchmark``, which applies the split and the manifest's

@@ -34,13 +34,14 @@ selectable here (``OFFICIAL`` / ``PAPER`` below collect them):
   scale in [e^3 = 20.1, 100]; the paper gives no value or clamp for its temperature
   (``log_scale_bounds``, :class:`lib.nn.losses.ClipLoss`);
 * the loss averages the two InfoNCE directions (``loss.py`` L44-46), the paper's Eq. 11 sums them (a
-  factor 2 on the loss, which Adam's scale invariance makes irrelevant to the updates);
+  factor 2 on the loss and its gradients, which Adam's updates hardly see: they are invariant to a
+  constant gradient scale up to ``eps``);
 * codebook initialised ``randn`` (std 1), weight decay 0.1 on it (LayerNorm, biases, logit scale 0).
 
 Precision: the relevance is cast to float32 before the sparsemax/softmax. Under bf16 autocast the
 matrix products run in bfloat16, and a sparsemax computed in bfloat16 over 16,384 codes has a cumulative
-sum whose rounding (spacing 0.125 at 16) moves its threshold: the weights then sum to 1 only within
-about 2 %. In float32 they are a proper distribution whatever the precision of the products before.
+sum whose rounding (spacing 0.125 at 16) moves its threshold: the weights then miss a sum of 1 by up
+to a few percent. In float32 they are a proper distribution whatever the precision of the products before.
 """
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def code_weights(r: torch.Tensor, weighting: str = "sparsemax") -> torch.Tensor:
 
     Under bf16 autocast the relevance comes out of a bfloat16 matrix product; a sparsemax in bfloat16 over
     16,384 codes sums its sorted scores with a spacing of 0.125 near 16 and misplaces its threshold, so
-    the weights miss a sum of 1 by about 2 %. The cast (and autocast switched off for this step) keeps
+    the weights miss a sum of 1 by up to a few percent. The cast (and autocast switched off for this step) keeps
     the weights a distribution and equal to those of a float32 relevance.
     """
     if weighting not in WEIGHTINGS:
