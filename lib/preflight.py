@@ -156,6 +156,27 @@ def _datasets(cfg) -> list[str]:
     return [n for n in dict.fromkeys(names) if n not in SMALL_DATASETS]
 
 
+def _config_models(cfg) -> dict:
+    """The models a config names (text, vision and facet model configs anywhere in it), by name: what the
+    pre-flight checks when the feature plan cannot be built (a dataset is missing)."""
+    found: dict = {}
+
+    def walk(value) -> None:
+        if dataclasses.is_dataclass(value):
+            names = {f.name for f in dataclasses.fields(value)}
+            if "name" in names and ({"pooling", "library", "facets"} & names):
+                found.setdefault(value.name, value)
+                return
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(cfg)
+    return found
+
+
 def _tokenizers(cfg) -> list[str]:
     """Tokenizer-only models a config names (``tokenizer:`` of a text tower): checked, never estimated."""
     found = []
@@ -319,7 +340,7 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
             report.problems.append(f"data: {error}")
     device = device or getattr(cfg, "device", "cpu")
     free_gpu = _check_device(report, device)
-    names = {} if plan is None else {r.model.name: r.model for r in plan}
+    names = _config_models(cfg) if plan is None else {r.model.name: r.model for r in plan}
     for name, model in names.items():
         library = getattr(model, "library", "transformers")
         info, problem = _model(name, getattr(model, "revision", None), library)

@@ -17,9 +17,7 @@
 # # FDT: images and captions written in one shared vocabulary of learned tokens
 #
 # <!-- launch -->
-# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/fdt.ipynb)
-#
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
 # - **GPU:** one 40–80 GB GPU (a 16,384-code codebook on DINOv2-B patch and MPNet token features)
 # - **time:** not measured here; 20k steps at batch 4,096 on cached patch and token features (the paper trains its encoders on 15M pairs)
@@ -78,7 +76,10 @@ except ModuleNotFoundError:
 
     home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
     if not os.path.isdir(os.path.join(home, "lib")):
-        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        repo = os.environ.get("FROZEN_LIP_REPO")
+        if not repo:  # this book has no public repository URL yet (book/_config.yml, repository.url)
+            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: "
+                               "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")
         subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)
@@ -493,9 +494,7 @@ with pd.option_context("display.max_colwidth", None):
 
 # %% tags=["remove-cell"]
 findings = fdt.findings(cfg, bench, runs, init_rows)
-elapsed = time.time() - started
-notebook.glue("runtime", (f"{elapsed:.0f} seconds" if elapsed < 120 else f"{elapsed / 60:.0f} minutes")
-              + f" on {torch.get_num_threads()} CPU threads", markdown=True)
+notebook.glue("runtime", notebook.runtime(started), markdown=True)
 notebook.glue("init_paper_real", f"{100 * findings['init_active_fraction_paper_size']:.0f} %", markdown=True)
 notebook.glue("init_official_small", f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
               markdown=True)
@@ -550,3 +549,10 @@ print(f"paper formula (no temperature) collapses to one code per item: {findings
 #   (`lib.core.features.image_tokens` / `text_tokens` requests give the token features).
 # * `image_tokens: all` in the config: let the codes see DINOv2's CLS token too (the official code does not).
 # * The full config (`-p config full`): the paper's 16,384 × 512 codebook on a GPU.
+
+# %% [markdown]
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```

@@ -17,9 +17,7 @@
 # # FLAME: a frozen LLM read through many prompts
 #
 # <!-- launch -->
-# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/flame.ipynb)
-#
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
 # - **GPU:** one 48–80 GB GPU for the frozen Mistral-Nemo (12B, fp16) facet embeddings, computed once; the heads then train on cached features
 # - **time:** not measured here; dominated by one LLM pass per caption for all K facets (facet-decoupled attention)
@@ -75,7 +73,10 @@ except ModuleNotFoundError:
 
     home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
     if not os.path.isdir(os.path.join(home, "lib")):
-        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        repo = os.environ.get("FROZEN_LIP_REPO")
+        if not repo:  # this book has no public repository URL yet (book/_config.yml, repository.url)
+            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: "
+                               "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")
         subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)
@@ -88,7 +89,6 @@ quick = False  # True: seed 0 only, no loss comparison, only the 1-facet ablatio
 output_dir = "runs/flame"  # where metrics.json is written
 
 # %%
-import time
 
 from IPython.display import display
 
@@ -528,8 +528,7 @@ findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_stacked": r["speed
 hub_text = "; ".join(f"{name}: {runs.summary('retrieval/hub_share', method='flame', facets=K, loss=name).text()} %"
                      for name in LOSSES if runs.where(method="flame", facets=K, loss=name))
 notebook.glue("hubs", hub_text, markdown=True)
-notebook.glue("runtime", f"{(time.time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads",
-              markdown=True)
+notebook.glue("runtime", notebook.runtime(started), markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})"
         + (f"; measured: {c.diagnosis}" if c.diagnosis else "") for c in claims]
@@ -569,3 +568,10 @@ print(f"benchmarked speed-up over K separate passes > 2x: {min(r['speedup_vs_sep
 #   positives per image; `lib.methods.flame.FlameProjector(hidden_dim=None)` for the official 4,096 width.
 # * `lib.core.train.fit`, `lib.core.evaluate.zero_shot` and `lib.core.evaluate.retrieval` work with any of
 #   these methods; `lib.data.emoji.locale_labels` gives the labels in 12 locales.
+
+# %% [markdown]
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```

@@ -17,9 +17,7 @@
 # # ShareLock: a frozen LLM and a frozen vision model, aligned by one small head
 #
 # <!-- launch -->
-# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/sharelock.ipynb)
-#
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
 # - **GPU:** one 40–80 GB GPU (A100/H100)
 # - **time:** about 10 GPU-hours the first time (the paper: 8 h of Llama-3-8B features for 563k captions, 1 h of DINOv2, 1 h of training on one A100), minutes once the features are in the store
@@ -72,7 +70,10 @@ except ModuleNotFoundError:
 
     home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
     if not os.path.isdir(os.path.join(home, "lib")):
-        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        repo = os.environ.get("FROZEN_LIP_REPO")
+        if not repo:  # this book has no public repository URL yet (book/_config.yml, repository.url)
+            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: "
+                               "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")
         subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)

@@ -17,9 +17,7 @@
 # # Three Towers: a frozen third tower for contrastive training
 #
 # <!-- launch -->
-# [![Open in Colab](../book/images/open-in-colab.svg)](https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/three_towers.ipynb)
-#
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in Colab. The full config needs internet access and
+# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
 # - **GPU:** one 40–80 GB GPU (ViT-B/16 image tower and a 12-layer text tower trained from scratch; DINOv2-L third tower precomputed)
 # - **time:** not measured here; 20k steps at batch 4,096 on pixels and tokens (the paper trains on JFT/WebLI for TPU-weeks)
@@ -82,7 +80,10 @@ except ModuleNotFoundError:
 
     home = os.path.abspath(os.environ.get("FROZEN_LIP_HOME", "frozen-lip-book"))
     if not os.path.isdir(os.path.join(home, "lib")):
-        repo = os.environ.get("FROZEN_LIP_REPO", "https://github.com/OWNER/REPO")
+        repo = os.environ.get("FROZEN_LIP_REPO")
+        if not repo:  # this book has no public repository URL yet (book/_config.yml, repository.url)
+            raise RuntimeError("The book's repository URL is not set yet, so there is nothing to clone: "
+                               "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")
         subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)
@@ -463,8 +464,7 @@ with pd.option_context("display.max_colwidth", None):
 # %% tags=["remove-cell"]
 findings = three_towers.findings(cfg, bench, runs, claims)
 fashion = [r for r in three_towers.chance_checks(bench, runs) if r["set"] == "fashion-mnist"]
-notebook.glue("runtime", f"{(__import__('time').time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU "
-              "threads", markdown=True)
+notebook.glue("runtime", notebook.runtime(started), markdown=True)
 fashion_text = "; ".join(f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion)
 notebook.glue("fashion", f"{fashion_text}, against a chance of {fashion[0]['chance %']} %" if fashion
               else "there is no Fashion-MNIST set in this config", markdown=True)
@@ -530,3 +530,10 @@ print(f"claims tested: {len(claims)}")
 # * Reuse the pieces: `lib.methods.three_towers.ThreeTowers` (the method and its variants),
 #   `ThreeTowers.export` / `TwoTowerModel` (what ships), `lib.nn.towers` (the towers trained from scratch),
 #   `lib.core.train.fit` (the loop).
+
+# %% [markdown]
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```

@@ -96,14 +96,12 @@ output_dir = "runs/viterb"  # where metrics.json is written
 overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
-import time
 
 from IPython.display import display
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-import torch
 
 from lib.chapters import viterb
 from lib.core import config as configs
@@ -497,8 +495,7 @@ with pd.option_context("display.max_colwidth", None):
 # %% tags=["remove-cell"]
 findings = viterb.findings(cfg, runs, perplexity)
 description = generated.get((cfg.score_datasets[0], "description"))
-notebook.glue("runtime", f"{(time.time() - started) / 60:.0f} minutes on {torch.get_num_threads()} CPU threads",
-              markdown=True)
+notebook.glue("runtime", notebook.runtime(started), markdown=True)
 notebook.glue("description_seconds", f"{description['generation'].get('seconds', 0):.0f} s" if description else "–",
               markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
@@ -569,3 +566,10 @@ if "emoji" in benches:
 #   much the score moves with the split alone.
 # * The ShareLock chapter (`lib.methods.sharelock.ShareLock`) trains the same head on captions instead of
 #   class texts; the FLAME chapter reads the same decoders through prompts.
+
+# %% [markdown]
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```

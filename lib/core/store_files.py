@@ -50,7 +50,8 @@ _verified_lock = threading.Lock()
 _no_flock_warned = False
 
 # Test hook (tests/_precompute_worker.py): when set, called with the name of each step of a write, so a
-# test can SIGKILL the process at exactly that point. Events: "shard_claimed", "shard_computed", and for
+# test can SIGKILL the process at exactly that point. Events: "shard_claimed", "shard_computed",
+# "manifest_dropped" (a complete entry with a lost shard made incomplete again), and for
 # each file kind K in spec, ids, npy, sidecar, manifest: "K_partial" (half the temp file written),
 # "before_K_rename", "after_K_rename". None in normal use (one `is None` check per event).
 _FAULT_HOOK: Callable[[str], None] | None = None

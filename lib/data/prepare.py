@@ -33,33 +33,18 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lib.core.atomic import write_bytes, write_json
+from lib.core.atomic import write_json
 from lib.core.checksums import file_sha256
-from lib.data import manifests
+from lib.data import manifests, prepare_sets
+from lib.data.prepare_sets import Prepared, PrepareError
 
 __all__ = ["RECORD", "PrepareError", "Prepared", "Staging", "prepare", "check", "target_of", "main"]
 
 RECORD = ".prepared.json"  # inside the prepared folder: what was done, from what, with which settings
 FORMAT = 1
-
-
-class PrepareError(RuntimeError):
-    """The downloads cannot become the dataset (missing file, wrong checksum, another version): one actionable line."""
-
-
-@dataclass
-class Prepared:
-    """What a preparer reports: counts, dropped items (reason -> examples), the settings it applied, index files."""
-
-    counts: dict = field(default_factory=dict)
-    dropped: dict = field(default_factory=dict)
-    settings: dict = field(default_factory=dict)
-    index_files: tuple[str, ...] = ()
-    inputs: dict = field(default_factory=dict)
 
 
 class Staging:
@@ -77,6 +62,8 @@ class Staging:
         return path.is_file() and (size is None or path.stat().st_size == size)
 
     def write(self, rel: str, data: bytes) -> None:
+        from lib.core.atomic import write_bytes
+
         write_bytes(self.path / rel, data)
         self.written += 1
 
@@ -156,8 +143,6 @@ def _record_path(folder: Path) -> Path:
 def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, force: bool = False,
             options: dict | None = None, skip_checksums: bool = False, say: Callable[[str], None] = print) -> Path:
     """Prepare ``dataset`` from the downloads in ``source`` into ``to`` (see the module docstring); returns the target."""
-    from lib.data import prepare_sets
-
     if dataset not in prepare_sets.PREPARERS:
         raise PrepareError(f"no preparer for {dataset!r}: one of {', '.join(prepare_sets.PREPARERS)}")
     source = Path(source).expanduser().resolve()
@@ -201,8 +186,6 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
     it lists have their recorded sha256; the settings it applied are still the manifest's; and (``count_files``)
     each class folder / the images folder holds the recorded number of files.
     """
-    from lib.data import prepare_sets
-
     folder = target_of(dataset, folder)
     command = f"python -m lib.data.prepare {dataset} --from <the downloaded files> --to {folder}"
     how = " ".join(str(manifests.load(dataset).get("obtain", "")).split())
@@ -239,8 +222,6 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lib.data import prepare_sets
-
     parser = argparse.ArgumentParser(prog="python -m lib.data.prepare", description=__doc__.splitlines()[0])
     parser.add_argument("dataset", nargs="?", help=f"one of {', '.join(prepare_sets.PREPARERS)}")
     parser.add_argument("--from", dest="source", help="the folder holding the released files (archives or extracted)")

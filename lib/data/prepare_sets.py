@@ -16,7 +16,7 @@ import random
 import re
 import tarfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -36,15 +36,26 @@ READS = {
 }
 
 
-def _fail(message: str):
-    from lib.data.prepare import PrepareError
+class PrepareError(RuntimeError):
+    """The downloads cannot become the dataset (missing file, wrong checksum, another version): one actionable line."""
 
+
+@dataclass
+class Prepared:
+    """What a preparer reports: counts, dropped items (reason -> examples), the settings it applied, index files."""
+
+    counts: dict = field(default_factory=dict)
+    dropped: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    index_files: tuple[str, ...] = ()
+    inputs: dict = field(default_factory=dict)
+
+
+def _fail(message: str):
     raise PrepareError(message)
 
 
-def _prepared():
-    from lib.data.prepare import Prepared
-
+def _prepared() -> Prepared:
     return Prepared()
 
 

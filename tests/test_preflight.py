@@ -1,0 +1,146 @@
+"""``python -m lib.preflight``: a full run's needs checked in seconds, one line per problem, each with its fix.
+
+Run as a user runs it (a subprocess, so that the Hugging Face cache and the hub switch are the process's own), against
+the rehearsal's stand-in cache (``tools/standins.py``: tiny models of the same classes under the real hub ids, the
+hub off) and datasets prepared from synthetic released files. It passes there; it names a model that is not cached,
+a model whose config is cached but not its weights, a dataset never prepared, a store that cannot be written, a
+missing GPU and a renamed config key, all in one run when they come together; and its estimates are computed from
+the models' configs (parameters on the meta device) and the plan's own inputs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lib import preflight
+from tools import standins
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = "{device: cpu}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("preflight-world")
+    hf = standins.build_models(root / "hf", ["facebook/dinov2-base", "meta-llama/Meta-Llama-3-8B"])
+    downloads = standins.build_downloads(root / "downloads", ["cc3m-llava", "imagenet-1k"])
+    data = root / "data"
+    env = standins.rehearsal_env(root, hf_cache=hf, data=data)
+    env["PYTHONPATH"] = str(ROOT)
+    standins.prepare_all(["cc3m-llava", "imagenet-1k"], root / "downloads", data, env, ROOT, sys.executable)
+    return {"root": root, "hf": hf, "data": data, "env": env, "downloads": downloads}
+
+
+def _preflight(world, tmp_path, *args, env=None):
+    started = time.time()
+    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+                           "--store", str(tmp_path / "store"), *args], cwd=ROOT, env=env or world["env"],
+                          capture_output=True, text=True, timeout=300)
+    return done, time.time() - started
+
+
+@pytest.mark.slow
+def test_passes_against_the_stand_in_cache_and_states_its_estimates(world, tmp_path):
+    done, seconds = _preflight(world, tmp_path, "--overrides", CPU, "--json", str(tmp_path / "report.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("pre-flight sharelock (full): ok")
+    report = json.loads((tmp_path / "report.json").read_text())
+    llama = report["models"]["meta-llama/Meta-Llama-3-8B"]
+    assert llama["params"] == json.loads((next((world["hf"] / "models--meta-llama--Meta-Llama-3-8B").rglob(
+        "standin.json"))).read_text())["base_model_parameters"]  # counted on the meta device, from the config
+    assert llama["width"] == 64 and report["flops"] > 0 and report["store_bytes"] > 0
+    prompts = next(e for e in report["entries"] if e["name"].endswith("prompts:imagenet-1k:80"))
+    assert prompts["rows"] == 80_000 and 5 < prompts["tokens_per_item"] < 40  # tokenised with the model's tokenizer
+    assert "GPU-hours at an assumed 120 TFLOP/s" in done.stdout and seconds < 120
+
+
+@pytest.mark.slow
+def test_every_problem_at_once_one_line_each(world, tmp_path):
+    """No GPU, a model not in the cache, a dataset never prepared and a store that cannot be written, in one run."""
+    env = dict(world["env"], IMAGENET_1K_DIR=str(tmp_path / "imagenet-never-prepared"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a store under a file cannot be created, even by root (chmod would not stop root)
+    overrides = ("{text: [{name: meta-llama/Meta-Llama-3-70B, pooling: last_token, layer: -1, max_length: 77, "
+                 "dtype: float16}]}")
+    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+                           "--overrides", overrides, "--store", str(blocker / "store")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    problems = [line.removeprefix("  problem: ") for line in done.stdout.splitlines() if line.startswith("  problem: ")]
+    expected = [
+        f"dataset imagenet-1k: {tmp_path / 'imagenet-never-prepared'} does not exist: python -m lib.data.prepare "
+        "imagenet-1k --from <the downloaded files>",
+        "device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False): run on a GPU machine, or pass "
+        "-p overrides '{device: cpu}' for a rehearsal",
+        "model meta-llama/Meta-Llama-3-70B is not in the local Hugging Face cache and the hub is off (HF_HUB_OFFLINE=1)",
+    ]
+    if __import__("torch").cuda.is_available():  # pragma: no cover  (a GPU machine: that line does not apply)
+        expected.pop(1)
+    for start in expected:
+        assert sum(p.startswith(start) for p in problems) == 1, (start, problems)
+    assert done.stdout.splitlines()[0] == f"pre-flight sharelock (full): {len(problems)} problem(s)"
+
+
+@pytest.mark.slow
+def test_weights_missing_from_the_cache_and_an_unwritable_store(world, tmp_path):
+    hf = tmp_path / "hf"
+    shutil.copytree(world["hf"], hf)
+    for weights in (hf / "models--facebook--dinov2-base").rglob("model.safetensors"):
+        weights.unlink()
+    env = standins.rehearsal_env(world["root"], hf_cache=hf, data=world["data"], base=world["env"])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+                           "--overrides", CPU, "--store", str(blocker / "store")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout
+    assert ("  problem: model facebook/dinov2-base: its config is in the local Hugging Face cache but not its weights"
+            in done.stdout)
+    assert f"  problem: store {blocker / 'store'} is not writable" in done.stdout
+    assert "point LIB_CACHE_DIR at a writable disk" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_renamed_key_stops_it_in_its_first_line(world, tmp_path):
+    done, _ = _preflight(world, tmp_path, "--overrides", "{device: cpu, trian: {steps: 2}}")
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[1].startswith("  problem: config: full.trian: unknown field; allowed fields are")
+
+
+def test_a_gated_model_names_the_licence_step(monkeypatch):
+    class GatedRepoError(Exception):
+        pass
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    message = preflight._hub_problem("meta-llama/Meta-Llama-3-8B", GatedRepoError("Access to model is restricted"))
+    assert message.startswith("model meta-llama/Meta-Llama-3-8B is gated: accept its licence on "
+                              "https://huggingface.co/meta-llama/Meta-Llama-3-8B")
+    assert "huggingface-cli login" in message
+
+
+def test_require_raises_with_every_line(monkeypatch):
+    report = preflight.Report("sharelock", "full", problems=["first", "second"])
+    monkeypatch.setattr(preflight, "check", lambda *a, **k: report)
+    with pytest.raises(preflight.PreflightError) as error:
+        preflight.require("sharelock", "full")
+    assert str(error.value).splitlines() == ["pre-flight sharelock (full): 2 problem(s)", "  problem: first",
+                                             "  problem: second"]
+
+
+def test_the_datasets_and_tokenizers_a_config_names():
+    from lib import chapters
+
+    cfg = chapters.get("viterb").load_config("full")
+    assert preflight._datasets(cfg) == ["awa2", "cub", "fgvc-aircraft", "imagenet-plus"]
+    assert "google/flan-ul2" in preflight._config_models(cfg)
+    cfg = chapters.get("three_towers").load_config("full")
+    assert preflight._datasets(cfg) == ["cc3m-llava", "imagenet-1k"]
+    assert preflight._tokenizers(cfg) == ["google-bert/bert-base-uncased"]
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"  # conftest: no test reaches the hub
