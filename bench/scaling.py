@@ -73,10 +73,9 @@ def worker(task: str, rows: int, root: Path) -> dict:
     store = FeatureStore(root)
     ids = [str(i) for i in range(rows)]
     if task == "train":
-        from lib.core.config import HeadConfig, LossConfig
+        from lib.core.config import HeadConfig, LossConfig, TrainSettings
+        from lib.core.train import fit, seed_everything
         from lib.methods.sharelock import ShareLock
-        from lib.core.config import TrainSettings
-    from lib.core.train import fit, seed_everything
 
         import torch._dynamo  # noqa: F401  (torch.optim imports it on the first step: a one-off ~1 s, not a cost per row)
     before = _rss_mb()

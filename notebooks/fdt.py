@@ -89,6 +89,7 @@ config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's codeb
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: the first seed only, every variant once (a first look; the tests' run)
 output_dir = "runs/fdt"  # where metrics.json is written
+overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
 import math
@@ -103,6 +104,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lib.chapters import fdt
 from lib.core import config as configs
+from lib.preflight import require
 from lib.core import features, notebook, paths
 from lib.core.results import RULE, write_metrics
 from lib.core.store import FeatureStore
@@ -118,7 +120,10 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # with one line naming the field and the allowed values.
 
 # %%
-cfg = fdt.load_config(config, configs.parameter_overrides(seeds=seeds))
+changes = configs.parameter_overrides(seeds=seeds, overrides=overrides)
+cfg = fdt.load_config(config, changes)
+if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
+    require("fdt", config, overrides=changes)
 print(f"config {config!r}: seeds {list(cfg.seeds)}{' (quick: the first only)' if quick else ''}; "
       f"{cfg.vision.name} (image tokens: {cfg.image_tokens}) + {cfg.text.name} (word-piece states)")
 print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.projector} projector, {cfg.fdt.weighting}, "

@@ -87,6 +87,7 @@ limit = None  # keep only the first N training pairs (None: data.limit of the co
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: seed 0 only, no loss comparison, only the 1-facet ablation (the tests' run)
 output_dir = "runs/flame"  # where metrics.json is written
+overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
 
@@ -99,6 +100,7 @@ import torch
 
 from lib.chapters import flame
 from lib.core import config as configs
+from lib.preflight import require
 from lib.core import features, notebook, paths
 from lib.core.facets import clean_caption
 from lib.core.results import RULE, Runs, compare, versus, write_metrics
@@ -116,8 +118,11 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # feature store's key. The facets of this run:
 
 # %%
-cfg = flame.load_config(config, configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds,
-                                                            limit=limit))
+changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, limit=limit,
+                                      overrides=overrides)
+cfg = flame.load_config(config, changes)
+if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
+    require("flame", config, overrides=changes)
 K = len(cfg.text.facets)
 counts = [k for k in cfg.facet_counts if k < K][:1] if quick else [k for k in cfg.facet_counts if k < K]
 print(f"config {config!r}: LLM {cfg.text.name} (layer {cfg.text.layer}, {cfg.text.positions} positions); "

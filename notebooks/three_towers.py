@@ -93,6 +93,7 @@ config = "small"  # "small" (offline, CPU, minutes) or "full" (paper-like: GPU, 
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: one seed, no ablations, no diagnosis (a first look; the tests' run)
 output_dir = "runs/three_towers"  # where metrics.json is written
+overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
 import inspect
@@ -106,6 +107,7 @@ import torch
 
 from lib.chapters import three_towers
 from lib.core import config as configs
+from lib.preflight import require
 from lib.core import features, notebook, paths
 from lib.core.results import RULE, Runs, write_metrics
 from lib.core.store import FeatureStore
@@ -120,7 +122,10 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # any work starts (`lib.chapters.three_towers.Config`): a wrong field stops the run with one line naming it.
 
 # %%
-cfg = three_towers.load_config(config, configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds))
+changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, overrides=overrides)
+cfg = three_towers.load_config(config, changes)
+if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
+    require("three_towers", config, overrides=changes)
 print(f"config {config!r}: image tower {cfg.image_tower.kind} at {cfg.image_tower.image_size} px, text tower "
       f"{cfg.text_tower.kind}, third tower p = {cfg.third.name} (frozen); {cfg.train.steps} steps x batch "
       f"{cfg.train.batch_size}; seeds {list(cfg.seeds)}")

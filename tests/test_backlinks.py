@@ -32,7 +32,8 @@ def headings(chapter: str) -> set[str]:
 
 def backlinks(text: str) -> list[tuple[str, str]]:
     """(chapter, heading) for every back-link in ``text``."""
-    return [(m.group(1), title) for m in BACKLINK.finditer(text) for title in re.findall(r'"([^"]+)"', m.group(2))]
+    return [(m.group(1), " ".join(title.split())) for m in BACKLINK.finditer(text)
+            for title in re.findall(r'"([^"]+)"', m.group(2))]
 
 
 def has_backlink(doc: str | None) -> bool:

@@ -10,11 +10,11 @@ loaders' layout by ``python -m lib.data.prepare``. Each rehearsal then takes eve
 2. ``python -m lib.preflight --chapter X --config full --overrides ...`` (must say ok);
 3. ``python -m torch.distributed.run --nproc_per_node 2 -m lib.precompute --chapter X --config full --overrides ...``
    (gloo, 2 CPU ranks; it runs the pre-flight again first);
-4. ``papermill notebooks/X.ipynb out.ipynb -p config full -p overrides ...``: the notebook's own pre-flight, the
+4. ``papermill notebooks/<chapter>.ipynb out.ipynb -p config full -p overrides ...``: the notebook's own pre-flight, the
    features (all from the store now: nothing is computed), training with bf16 autocast on the CPU (the full configs
    set ``train.precision: bf16``), evaluation, claims, figures and tables, metrics.json.
 
-The overrides are only what a rehearsal needs (``tools/standins.OVERRIDES``): the CPU, 2 optimiser steps, 16
+The overrides are only what a rehearsal needs (``OVERRIDES`` in tools/standins.py): the CPU, 2 optimiser steps, 16
 training pairs, a 64-wide head (a rehearsal trains up to ~150 heads on one core). A run fails the test on any error,
 with the failing step and its output. ``test_a_broken_rehearsal_says_what_broke`` breaks it three ways (a renamed
 config key, a dataset never prepared, a dtype mismatch that only bf16 autocast exposes) and checks each message.

