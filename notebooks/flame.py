@@ -158,7 +158,7 @@ pd.DataFrame([{"set": pairs.name, "role": role, "rows used": rows[role], "rows i
 
 # %%
 if cfg.data.corpus == "emoji":
-    fig, axes = plt.subplots(1, 6, figsize=(12, 2.4))
+    fig, axes = plt.subplots(1, 6, figsize=(10.5, 2.1))
     for axis, i in zip(axes, range(0, rows["train"], rows["train"] // 6)):
         axis.imshow(bench.train.load_image(i))
         axis.set_title(bench.train.captions[i].split(".")[0][:20], fontsize=9)
@@ -286,7 +286,7 @@ for label, curve in curves.items():
     axis.plot(val.step, val.val_loss / val.val_loss.iloc[0], marker="o", ms=3, label=label)
 axis.set(xlabel="optimiser step", ylabel="validation loss / first value",
          title=f"Validation loss, seed {cfg.seeds[0]} (each method's own objective)")
-axis.legend(fontsize=8)
+axis.legend(fontsize=9)
 plt.tight_layout()
 
 # %% [markdown]
@@ -306,7 +306,7 @@ main.table(list(labels), by=["method"], labels=labels).set_index("method").T
 
 # %%
 plot = main.frame()
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.2), sharey=True)
 for axis, metric, level in zip(axes, ["zero-shot/acc1", "retrieval/image_retrieval_recall@1",
                                       "retrieval/text_retrieval_recall@1"],
                                [chance["zero-shot"], chance["retrieval"], chance["retrieval"]]):
@@ -356,7 +356,7 @@ ablation.table(list(labels), by=["facets"], labels=labels).set_index("facets").T
 by_k = ablation.frame().melt(id_vars=["facets", "seed"], value_vars=["zero-shot/acc1", "retrieval/image_retrieval_recall@1",
                                                                     "retrieval/text_retrieval_recall@1"],
                              var_name="metric", value_name="score").replace({"metric": labels})
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), width_ratios=[1.4, 1])
+fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.4), width_ratios=[1.4, 1])
 sns.lineplot(data=by_k, x="facets", y="score", hue="metric", marker="o", errorbar="sd", ax=left)
 notebook.percent_axis(left, "y", decimals=1)
 left.set(xlabel="facet prompts per caption (k)", ylabel="on unseen concepts", xticks=sorted(by_k.facets.unique()),
@@ -423,7 +423,7 @@ if locales:
     notebook.percent_axis(axis, "y")
     axis.set(xlabel="CLDR label language (every model trained on English captions)",
              ylabel=f"top-1 among {len(zero_shot_set.classnames)}", title="Unseen concepts classified by their labels")
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
     plt.tight_layout()
 
 # %% [markdown]
@@ -488,7 +488,7 @@ if len(coincidences):
 # |---|---|---|---|
 # | text encoder | Mistral-Nemo (12B), frozen | `Mistral-Nemo-Instruct-2407`, fp16 | small: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
 # | layer read | "the final hidden state" | block 39 of 40, before the final norm | after the final norm (`layer: -1`); `layer: 39` reproduces the code |
-# | prompt | `Detailed image description: "<caption>". After thinking step by step, <facet> means in just one word:"` | `Image description : "<caption>." . After thinking step by step , <facet> …` (single prompt; the long template starts `Detailed Image description :`), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
+# | prompt | template P below | template C below (single prompt; the long template starts "Detailed Image description :"), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
 # | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small: the first 3 of the 7 on long CLDR captions; full: the 7; short texts under the one prompt |
 # | position ids | each facet as its own pass | *contiguous* across facets (facets 2..K differ from separate passes) | *reset*: checked equal to separate passes above; `positions: contiguous` reproduces the code |
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached image feature; only the MLP trains (small: hidden 1,024, on one pooled vector) |
@@ -497,6 +497,13 @@ if len(coincidences):
 # | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (`caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5`) | full: its long captions only (`data_manifests/flame-recap-cc3m.yaml`); small: 400 emoji with long CLDR captions |
 # | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant |
 # | headline | ImageNet 36.0 (CLIP 16.0, Table 3); Urban-1k T2I R@1 41.3 → 66.6 with 1 → 7 prompts (Table 6); multilingual ImageNet 40.6 vs CLIP 19.2 (Table 4) | — | this run, below |
+#
+# The two prompt templates (`<facet>` is one facet phrase):
+#
+# * P (paper, §3.2): `Detailed image description: "<caption>". After thinking step by step,
+#   <facet> means in just one word:"`
+# * C (official code, `model.py`): `Image description : "<caption>." . After thinking step by step ,
+#   <facet> means in just one word:"`
 #
 # **What the frozen image side changes.** The paper's image tower *learns* from the LLM's targets;
 # here it cannot: the image features are fixed, and the MLP only maps them. So the chapter tests FLAME's

@@ -19,9 +19,9 @@
 # <!-- launch -->
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
-# - **GPU:** one 40–80 GB GPU (A100/H100)
-# - **time:** about 10 GPU-hours the first time (the paper: 8 h of Llama-3-8B features for 563k captions, 1 h of DINOv2, 1 h of training on one A100), minutes once the features are in the store
-# - **data:** CC3M-LLaVA (563k pairs) and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+# - **GPU:** one GPU with at least 24 GB (an A100/H100 is ample): the feature pass peaks at about 16 GiB (Llama-3-8B's 7.5B parameters in fp16 plus activations at batch 256), training at about 21 GiB (the 585k training feature rows resident in fp32 and the 16,384 × 16,384 contrastive logits); 16 GiB of host memory (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** at most about 2 GPU-hours of features (7.3e17 FLOPs: Llama-3-8B over 595k captions counted at the 77-token cap, DINOv2-B over 645k images) and at most 0.25 GPU-hours of training (3 heads × 5,000 steps at batch 16,384: 9.8e16 FLOPs), at an assumed 120 TFLOP/s of bf16, plus the CPU's JPEG decoding; computed, not measured (the paper: 8 h of Llama-3-8B features and 1 h of training on one A100); minutes once the features are in the store
+# - **data:** CC3M-LLaVA (595k pairs: chat.json + images.zip) and ImageNet-1k val (50,000 images), each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the features take about 6.5 GB in the store
 #
 # ```bash
 # papermill notebooks/sharelock.ipynb out.ipynb -p config full
@@ -144,7 +144,7 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
                 for s in bench.zero_shot]).set_index("set")
 
 # %%
-fig, axes = plt.subplots(2, 8, figsize=(11, 3.4))
+fig, axes = plt.subplots(2, 8, figsize=(10.5, 3.2))
 for row, pairs, colour in ((0, bench.train, "black"), (1, bench.retrieval, "firebrick")):
     for column, index in enumerate(range(0, len(pairs), max(1, len(pairs) // 8))[:8]):
         axes[row, column].imshow(pairs.load_image(index))
@@ -362,7 +362,7 @@ if cfg.data.corpus == "emoji":
     groups = {c.key: c.group for c in emoji.load_concepts()}
     hit = (similarity.argmax(1) == torch.arange(len(similarity))).float().numpy()
     per_group = pd.DataFrame({"group": [groups[c] for c in held_out.concepts[:shown]], "correct": hit})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [1, 1.1]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     order = per_group.groupby("group").correct.mean().sort_values(ascending=False).index
     sns.barplot(data=per_group, y="group", x="correct", order=order, ax=left, errorbar=None, color="steelblue")
     notebook.percent_axis(left, "x")

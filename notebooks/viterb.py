@@ -19,9 +19,9 @@
 # <!-- launch -->
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
-# - **GPU:** one 80 GB GPU (Flan-UL2 and the 7–8B language models in bf16)
-# - **time:** not measured here; per language model, one pass over the class texts of four datasets (80 templates, several descriptions and the sentences of the articles per class) plus 5k head steps per dataset, text type and seed, after the DINOv2 features of the four datasets are computed once
-# - **data:** AWA2, CUB, FGVC-Aircraft, ImageNet-1k and ImageNet-21k (`data_manifests/awa2.yaml`, `cub.yaml`, `fgvc-aircraft.yaml`, `imagenet-plus.yaml`)
+# - **GPU:** one GPU with at least 24 GB: the feature pass peaks at about 22 GiB (Flan-UL2's 8.7B-parameter encoder in bf16 plus activations), training at about 13 GiB; 40 GiB of host memory, as transformers loads all of Flan-UL2 (19.5B parameters, 36 GiB in bf16) before the encoder is kept (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** at most about 3 GPU-hours of features (1.4e18 FLOPs: six language models and two pooling variants over 146k templated class names and the generated texts at their generation caps, DINOv2-B over 184k images) and at most about 19 GPU-hours of training (396 heads × 5,000 steps at batches of up to 16,384: 8.3e18 FLOPs; early stopping shortens it), at an assumed 120 TFLOP/s of bf16; computed, not measured; the class texts are generated first with Llama-3-8B-Instruct (`tools/generate_class_texts.py`)
+# - **data:** AWA2 (37,322 images), CUB (11,788), FGVC-Aircraft (10,000) and ImageNet+ (100,000 seen + 25,000 unseen images: the manifest's caps, all that `python -m lib.data.prepare imagenet-plus` extracts from the ImageNet-1k train tar and an ImageNet-21k release), each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/awa2.yaml`, `cub.yaml`, `fgvc-aircraft.yaml`, `imagenet-plus.yaml`); the features take about 7.4 GB in the store
 #
 # ```bash
 # papermill notebooks/viterb.ipynb out.ipynb -p config full
@@ -179,7 +179,7 @@ fig = class_splits.split_diagram(benches, cfg.score_datasets)
 # %%
 if "fashion-mnist" in benches:
     fm = benches["fashion-mnist"]
-    fig, axes = plt.subplots(1, len(fm.class_keys), figsize=(12, 1.9))
+    fig, axes = plt.subplots(1, len(fm.class_keys), figsize=(10.5, 1.7))
     for axis, label in zip(axes, range(len(fm.class_keys))):
         first = fm.image_labels.index(label)
         axis.imshow(fm.image_sources[0].load_image(fm.image_rows[first][1]))

@@ -1,6 +1,6 @@
 """The medium config's offline models (lib.core.model_wheels): each one's features against a reference.
 
-CI does not install the medium wheels (~2.3 GB); every test here skips with the command that installs them.
+CI does not install the medium wheels (~2.1 GB); every test here skips with the command that installs them.
 With them installed (``make setup-medium``): paraphrase-MiniLM-L3-v2 rebuilt as a BertModel equals the
 wheel's ONNX graph (ONNX Runtime) to 1e-5; the converted Qwen2.5-Coder folders equal their GGUF (features
 stored when the GGUF was loaded, and, marked slow, the GGUF loaded again now) to 1e-4; all-mpnet-base-v2
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 from importlib import metadata
 
 import numpy as np
@@ -109,9 +110,12 @@ def test_converted_qwen_equals_its_gguf_reference(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", [mw.QWEN_05B, mw.QWEN_15B], ids=["0.5b", "1.5b"])
 def test_converted_qwen_equals_the_gguf_loaded_directly(spec, tmp_path):
-    """~70 s (0.5B) / ~100 s and 8 GB (1.5B): the parts are joined again and loaded by transformers' GGUF path."""
+    """~80 s (0.5B) / ~95 s and 8 GB (1.5B): the parts are joined again and loaded by transformers' GGUF path.
+    Under CI only with MEDIUM_GGUF_TESTS=1 (the stored-reference test above runs there in seconds)."""
     from transformers import AutoModel, AutoTokenizer
 
+    if os.environ.get("CI") and not os.environ.get("MEDIUM_GGUF_TESTS"):
+        pytest.skip("loads a GGUF directly (minutes, 8 GB): set MEDIUM_GGUF_TESTS=1 to run it under CI")
     _need(*spec["packages"])
     name = "offline/qwen2.5-coder-0.5b-instruct" if spec is mw.QWEN_05B else "offline/qwen2.5-coder-1.5b-instruct"
     _register(name)

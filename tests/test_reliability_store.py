@@ -742,7 +742,7 @@ def test_a_read_only_store_serves_hits_and_refuses_misses_with_one_clear_error(t
             assert caught == [] and "\n" not in message, message
             assert f"the feature store {root} is read-only" in message, message
             assert "cache hits still read from it" in message and "LIB_CACHE_DIR" in message, message
-            assert ("copy it to a writable disk" if code == errno.EROFS else f"chmod -R u+w {root}") in message
+            assert ("Copy it to a writable disk" if code == errno.EROFS else f"chmod -R u+w {root}") in message
     assert _tree(root) == before  # nothing written, not even a lock file
 
 

@@ -15,7 +15,7 @@
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
 #  10. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
-#               config's data and models, ~2.5 GB: Debian openclipart-png, openclipart-svg and
+#               config's data and models, ~2.4 GB to download: Debian openclipart-png, openclipart-svg and
 #               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
 #               against data_manifests/*.yaml); the model wheels of tools/assets-medium.txt; then the
 #               cached indexes, SVG renderings and converted models (lib.data.medium, lib.core.model_wheels)

@@ -476,13 +476,16 @@ CHAPTER_DATA = {
     "fdt": ("cc3m-llava", "imagenet-1k"),
 }
 TRAIN = "train: {steps: 2, eval_every: 1, warmup_steps: 1, batch_size: 16}"
+# data.prompts: name puts each ImageNet class name into one prompt instead of CLIP's 80 templates: the same code, 1,000
+# prompts instead of 80,000 per text model (FLAME: x 7 facets); ViTeRB's imagenet7 likewise.
+PAIRS = "data: {limit: 16, prompts: name}"
 OVERRIDES = {
-    "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, data: {limit: 16}}",
+    "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, " + PAIRS + "}",
     "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8, "
               "store: {shard_rows: 2048}}",
-    "flame": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",
-    "three_towers": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",
-    "fdt": "{device: cpu, " + TRAIN + ", data: {limit: 16}}",
+    "flame": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
+    "three_towers": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
+    "fdt": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
 }
 SEEDS = {"viterb": "[0]"}  # ViTeRB's three seeds x 6 models x 4 text types x 4 datasets: one seed is the same code
 
@@ -530,20 +533,22 @@ def prepare_all(names, downloads: Path, data: Path, env: dict, cwd: Path, python
 
 
 def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
-    """ViTeRB's full config reads generated class texts (Llama-3-8B-Instruct: here its stand-in, through the real
-    tools/generate_class_texts.py) and, for AWA2 / CUB / FGVC-Aircraft, reference articles (here two sentences per
-    class, registered by lib.data.class_texts.write_class_texts as a user's Wikipedia files would be)."""
-    datasets = ["awa2", "cub", "fgvc-aircraft", "imagenet-plus"]
-    run([python, "-m", "tools.generate_class_texts", *[a for d in datasets for a in ("--dataset", d)], "--kind", "all",
-         "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--batch-size", "256"], env, cwd, "generate class texts",
-        timeout=900)
+    """ViTeRB's full config reads generated class texts and, for AWA2 / CUB / FGVC-Aircraft, reference articles. The
+    generator runs for real (tools/generate_class_texts.py with the stand-in of Llama-3-8B-Instruct) on AWA2; for the
+    other datasets, whose 1,620 classes would take minutes of a random model's greedy decoding on a CPU, and for the
+    articles, files are registered through lib.data.class_texts.write_class_texts as a user's files would be."""
+    run([python, "-m", "tools.generate_class_texts", "--dataset", "awa2", "--kind", "all", "--model",
+         "meta-llama/Meta-Llama-3-8B-Instruct"], env, cwd, "generate class texts (awa2)", timeout=900)
     script = ("from lib.data import class_texts\n"
-              "for d in ('awa2', 'cub', 'fgvc-aircraft'):\n"
-              "    texts = {k: f'The {n} is a class of {d}. It appears in photographs.' for k, n in "
-              "class_texts.generation_classes(d).items()}\n"
-              "    class_texts.write_class_texts(d, 'reference', {'model': {'name': 'wikipedia (rehearsal stand-in)'}, "
+              "for d in ('awa2', 'cub', 'fgvc-aircraft', 'imagenet-plus'):\n"
+              "    names = class_texts.generation_classes(d)\n"
+              "    kinds = ['reference'] if d != 'imagenet-plus' else []\n"
+              "    kinds += ['description', 'encyclopedia'] if d != 'awa2' else []\n"
+              "    for kind in kinds:\n"
+              "        texts = {k: f'The {n} is one of the classes of {d}. It is shown in photographs.' for k, n in names.items()}\n"
+              "        class_texts.write_class_texts(d, kind, {'model': {'name': 'rehearsal stand-in'}, "
               "'prompt': 'two sentences per class', 'texts': texts})\n")
-    run([python, "-c", script], env, cwd, "reference articles")
+    run([python, "-c", script], env, cwd, "class texts and reference articles")
 
 
 def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data: Path, repo: Path,
@@ -579,12 +584,172 @@ def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data:
     return metrics
 
 
+# ----------------------------------------------------------------------------------------- the launch boxes
+# What each full config reads at paper scale (rows), from the manifests and the papers; the launch boxes in
+# book/papers.yaml are computed from these with lib.preflight's cost model on the real configs (launch_estimates).
+PAPER_SCALE = {
+    "cc3m-llava": 595_000,        # data_manifests/cc3m-llava.yaml: 595k pairs (ShareLock reports 563k usable)
+    "imagenet-1k": 50_000,        # ILSVRC-2012 val
+    "flame-recap-cc3m": 2_905_954,  # data_manifests/flame-recap-cc3m.yaml: the official --train-num-samples
+    "awa2": 37_322, "cub": 11_788, "fgvc-aircraft": 10_000,  # the datasets' descriptions in their manifests
+    "imagenet-plus": 1000 * 100 + 500 * 50,  # the manifest's caps: 100 per seen class, 50 per unseen class
+}
+CLASSES = {"awa2": (40, 50), "cub": (150, 200), "fgvc-aircraft": (50, 70), "imagenet-plus": (1000, 1500)}  # seen, all
+
+
+def _towers_training(cfg, rows: int) -> dict:
+    """Three Towers' towers trained from scratch: FLOPs per step 6 x parameters x tokens x batch for the image and the
+    text tower, and their activations for the backward pass by Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes
+    per layer in 16-bit, with the training pixels resident on the device as uint8 (lib.core.train.fit)."""
+    import timm
+    import torch
+
+    from lib import preflight
+
+    with torch.device("meta"):
+        vit = timm.create_model(cfg.image_tower.timm_name, pretrained=False, num_classes=0, img_size=cfg.image_tower.image_size)
+    image_params = sum(p.numel() for p in vit.parameters())
+    patches = (cfg.image_tower.image_size // 16) ** 2 + 1
+    text = cfg.text_tower
+    text_params = text.depth * 12 * text.width ** 2
+    batch = cfg.train.micro_batch_size or cfg.train.batch_size
+    step = 6.0 * (image_params * patches + text_params * text.context) * cfg.train.batch_size
+    activations = sum(layers * seq * batch * width * (34 + 5 * heads * seq / width)
+                      for layers, seq, width, heads in ((len(vit.blocks), patches, vit.embed_dim, vit.blocks[0].attn.num_heads),
+                                                        (text.depth, text.context, text.width, text.heads)))
+    pixels = rows * 3 * cfg.image_tower.image_size ** 2
+    flops = step * cfg.train.steps
+    return {"runs": None, "flops": flops, "hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
+            "image_params": image_params, "text_params": text_params, "activation_bytes": activations,
+            "pixel_bytes": pixels, "gpu_bytes": activations + pixels}
+
+
+def launch_estimates(config_cache: Path) -> dict:
+    """Each chapter's feature pass, store, memory and (ShareLock-style heads) training at paper scale, from the real
+    configs in ``config_cache`` (:func:`build_config_cache`) and lib.preflight's formulas. Text inputs of unknown length
+    (captions, articles) are counted at the config's ``max_length`` (an upper bound); prompts are tokenised with the
+    stand-ins' tokenizers (SmolLM2's BPE for the decoders, BERT's WordPiece for the encoders: proxies)."""
+    from lib import chapters, preflight
+    from lib.data import manifests
+    from lib.data.templates import IMAGENET_TEMPLATES
+
+    names = manifests.load("imagenet-1k")["classes"]
+    prompts = [t.replace("{c}", n) for n in names for t in IMAGENET_TEMPLATES]
+    proxies = {"offline/smollm2-135m-instruct": _tokenizer("offline/smollm2-135m-instruct"),
+               "offline/all-MiniLM-L6-v2": _tokenizer("offline/all-MiniLM-L6-v2")}
+    info: dict = {}
+
+    def model(m) -> dict:
+        if m.name not in info:
+            found, _ = preflight._model(m.name, None, getattr(m, "library", "transformers"), tokenizer_only=True)
+            found["proxy"] = proxies.get(HUB_MODELS.get(m.name, {}).get("tokenizer"))
+            info[m.name] = found
+        return info[m.name]
+
+    def tokens(m, texts=None, limit=None) -> float:
+        tok = model(m)["proxy"]
+        if texts is None or tok is None:
+            return float(limit or getattr(m, "max_length", 77))
+        return sum(min(len(ids), limit or m.max_length) for ids in tok(texts)["input_ids"]) / len(texts)
+
+    out = {}
+    for chapter in chapters.NAMES:
+        cfg = chapters.get(chapter).load_config("full")
+        work = []  # (model config, rows, tokens per row, stored rows per row, kind)
+        data = getattr(cfg, "data", None)
+        vision = getattr(cfg, "vision", None)
+        visions = list(vision) if isinstance(vision, (list, tuple)) else [vision] if vision else []
+        if data is not None:
+            pairs = PAPER_SCALE[data.pairs_dataset]
+            if data.limit:  # data.limit keeps the first N training pairs; the 10,000 held-out pairs stay
+                pairs = min(pairs, data.limit + 10_000)
+            images = pairs + sum(PAPER_SCALE[d] for d in data.zero_shot)
+            for v in ([getattr(cfg, "third")] if hasattr(cfg, "third") else []) + visions:
+                patches = (v.image_size // (model(v).get("patch") or 14)) ** 2
+                per = patches if getattr(cfg, "image_tokens", None) == "patches" else 1
+                work.append((v, images, patches + 1, per, "image"))
+            texts = [t for t in (getattr(cfg, "text", None) or ())] if isinstance(getattr(cfg, "text", None), tuple) \
+                else [cfg.text] if getattr(cfg, "text", None) else []
+            for t in texts + list(getattr(cfg, "baselines", ()) or ()):
+                facets = len(getattr(t, "facets", ()) or ())
+                limit = getattr(t, "max_caption_tokens", None) or t.max_length
+                per_caption = limit + 24 * facets if facets else limit
+                per = tokens(t, prompts, limit) + (24 if facets else 0)
+                stored = max(facets, 1) * (limit if getattr(cfg, "image_tokens", None) else 1)
+                work.append((t, pairs, per_caption, stored, "captions"))
+                work.append((t, len(prompts), per, 1 if not getattr(cfg, "image_tokens", None) else per, "prompts"))
+        else:  # ViTeRB: every dataset's images; each text model on every text type of every dataset
+            for d in cfg.score_datasets:
+                for v in cfg.vision:
+                    work.append((v, PAPER_SCALE[d], (v.image_size // 14) ** 2 + 1, 1, "image"))
+            for t in cfg.text + cfg.pooling_ablation:
+                classes = sum(CLASSES[d][1] for d in cfg.score_datasets)
+                names_ = tokens(t, prompts[:8000]) if t.name in info or True else 0
+                kinds = {"name": (classes * 80, names_), "bare-name": (classes, 4.0),
+                         "description": (classes, 40.0), "encyclopedia": (classes, 90.0), "reference": (1500, 20.0)}
+                for kind, (rows, per) in kinds.items():
+                    if kind == "bare-name" and (t in cfg.pooling_ablation or not cfg.bare_name):
+                        continue
+                    work.append((t, rows, per, 1, kind))
+        flops = store = 0.0
+        gpu = host = 0
+        for m, rows, per, stored, kind in work:
+            found = model(m)
+            weight = preflight.DTYPE_BYTES.get(getattr(m, "dtype", "float32"), 4)
+            flops += 2.0 * found.get("active_params", 0) * per * rows
+            store += rows * stored * found.get("width", 0) * 2
+            activations = getattr(m, "batch_size", 64) * per * max(found.get("width", 0), found.get("ffn", 0)) * weight * 4
+            gpu = max(gpu, int(found.get("active_params", 0) * weight + activations))
+            host = max(host, int(found.get("params", 0) * weight))
+        train = {}
+        head = getattr(cfg, "head", None)
+        if chapter in ("sharelock", "viterb") and head is not None:
+            image_dim = model(cfg.vision[0])["width"]
+            runs = preflight._runs(chapter, cfg)
+            if chapter == "sharelock":
+                rows = PAPER_SCALE["cc3m-llava"] - 10_000
+                text_dim = model(cfg.text[0])["width"]
+                params = preflight.head_params(text_dim, image_dim, head.hidden_dim, head.num_layers)
+                batch = min(cfg.train.batch_size, rows)
+                train_flops = preflight.train_step_flops(params, batch, image_dim) * cfg.train.steps * runs
+                resident = rows * (text_dim + image_dim) * 4
+            else:
+                from lib.chapters import viterb
+
+                train_flops, resident = 0.0, 0
+                for spec in viterb.run_specs(cfg):
+                    seen, total = CLASSES[spec.dataset]
+                    rows = int(PAPER_SCALE[spec.dataset] * seen / total * 0.9)
+                    text_dim = model(spec.text)["width"]
+                    params = preflight.head_params(text_dim, image_dim, head.hidden_dim, head.num_layers)
+                    batch = min(cfg.train.batch_size, rows)
+                    train_flops += preflight.train_step_flops(params, batch, image_dim) * cfg.train.steps
+                    resident = max(resident, rows * image_dim * 4 + 1500 * 80 * text_dim * 4)
+            batch = min(cfg.train.batch_size, rows)
+            train = {"runs": runs, "flops": train_flops, "hours": train_flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
+                     "gpu_bytes": resident + 6 * batch * batch * 4 + 4 * batch * head.hidden_dim * head.num_layers * 4}
+        if chapter == "three_towers":
+            train = _towers_training(cfg, pairs - 10_000)
+        out[chapter] = {"feature_flops": flops, "feature_hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
+                        "store_bytes": store, "gpu_bytes": gpu, "host_bytes": host, "train": train,
+                        "work": [(m.name, kind, rows, round(per, 1)) for m, rows, per, _, kind in work],
+                        "models": {n: {k: v for k, v in i.items() if k in ("params", "active_params", "width")}
+                                   for n, i in info.items()}}
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.standins", description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=str(DEFAULT_REHEARSAL_ROOT))
     parser.add_argument("--configs-only", action="store_true", help="only the real config.json files (for pre-flight)")
+    parser.add_argument("--launch-estimates", action="store_true",
+                        help="print each chapter's paper-scale costs (the launch boxes of book/papers.yaml) as JSON")
     args = parser.parse_args(argv)
     root = Path(args.root)
+    if args.launch_estimates:  # the hub's cache location is read when huggingface_hub is imported: set it first
+        os.environ.update({"HF_HUB_CACHE": str(root / "hf-configs"), "HF_HUB_OFFLINE": "1"})
+        print(json.dumps(launch_estimates(build_config_cache(root / "hf-configs")), indent=1, default=str))
+        return 0
     if args.configs_only:
         print(build_config_cache(root / "hf-configs"))
         return 0

@@ -431,13 +431,13 @@ def method_diagram(head: FDTHead, image_seqs: SequenceFeatures, text_seqs: Seque
     from matplotlib.patches import FancyBboxPatch
 
     head.eval()
-    fig, axis = plt.subplots(figsize=(12.5, 4.4))
+    fig, axis = plt.subplots(figsize=(10.5, 3.7))
     axis.set(xlim=(0, 12.6), ylim=(0, 4.4))
     axis.axis("off")
 
     def box(x, y, text, colour, w=1.8, h=0.9):
         axis.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=colour, ec="0.3", lw=1))
-        axis.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5)
+        axis.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9.5)
         return x, y, w, h
 
     def arrow(start, end):

@@ -437,7 +437,7 @@ def facet_mask_figure(encoder, caption: str):
     top.set_yticks(middles, names)
     top.set(ylabel="query token", title=f"One pass, {len(encoder.facets)} facets of \"{caption[:40]}"
             f"{'…' if len(caption) > 40 else ''}\" ({len(prefix)} + {bounds[-1] - len(prefix)} tokens)")
-    top.legend(loc="lower left", fontsize=8)
+    top.legend(loc="lower left", fontsize=9)
     positions = inputs["position_ids"][0]
     for s in range(len(bounds) - 1):
         cols = torch.arange(bounds[s], bounds[s + 1])

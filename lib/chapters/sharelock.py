@@ -196,11 +196,11 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
     main = dict(text=text, vision=vision, control="")
     out = [
         Claim("mlp_beats_linear", "ShareLock's MLP head on frozen LLM features beats a LiT-style linear map on the "
-              "same data", "Table 3 (563k CC3M-LLaVA: ShareLock 50.5 vs LiT 41.7 ImageNet-1k top-1)",
+              "same data", "Table 3, ImageNet-1k top-1 at 563k CC3M-LLaVA pairs",
               runs.compare(metric, {**main, "head": "mlp"}, {**main, "head": "linear"}),
-              ("MLP head", "linear head"), paper_value="50.5 vs 41.7"),
+              ("MLP head", "linear head"), paper_value="ShareLock 50.5 vs LiT 41.7"),
         Claim("zero_shot_above_chance", "frozen features and a small head transfer zero-shot to concepts never seen "
-              "in training", "§6, Table 3", versus(runs.values(metric, **main, head="mlp"), chance),
+              "in training", "§6.2, Table 3", versus(runs.values(metric, **main, head="mlp"), chance),
               ("ShareLock head on unseen concepts", "chance"), paper_value="50.5 (ImageNet-1k)"),
     ]
     if len(cfg.text) > 1:
@@ -210,10 +210,10 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
             dec, enc = decoders[0], encoders[0]
             out.append(Claim(
                 "decoder_beats_encoder", "decoder LLM features (last token) are better text representations for "
-                "vision than encoder features", "abstract; Table 1 (ViTeRB)",
+                "vision than encoder features", "abstract; ViTeRB, Table 1",
                 runs.compare(metric, dict(text=dec, vision=vision, control="", head="mlp"),
                              dict(text=enc, vision=vision, control="", head="mlp")),
-                (dec, enc), paper_value="Llama-3-8B 40.2 vs BERT-L 18.3 (ViTeRB, class names)"))
+                (dec, enc), paper_value="Llama-3 8B 40.2 vs BERT-Large 18.3 (class names)"))
     return out
 
 

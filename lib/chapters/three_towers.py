@@ -401,14 +401,14 @@ def diagram(method: ThreeTowers, third_name: str = "p", ax=None):
     from matplotlib.patches import FancyBboxPatch
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 4.6))
+        _, ax = plt.subplots(figsize=(10.5, 4.4))
     counts, at, heads = method.parameter_counts(), {}, hasattr(method, "f_h")
 
     def box(name, x, y, text, frozen=False, dropped=False):
         style = dict(boxstyle="round,pad=0.08", linewidth=1.4, linestyle="--" if dropped else "-", zorder=2,
                      facecolor="#e0e0e0" if frozen else "#cfe3f7", edgecolor="#555" if frozen else "#1f5f99")
         ax.add_patch(FancyBboxPatch((x - 0.9, y - 0.32), 1.8, 0.64, **style))
-        ax.text(x, y, text, ha="center", va="center", fontsize=8.5, zorder=3)
+        ax.text(x, y, text, ha="center", va="center", fontsize=9.5, zorder=3)
         at[name] = (x, y)
 
     def arrow(a, b):
@@ -442,7 +442,7 @@ def diagram(method: ThreeTowers, third_name: str = "p", ax=None):
     for term in terms:
         x, y, a, b, label = spots[term]
         ax.add_patch(plt.Circle((x, y), 0.42, facecolor="#fde8c8", edgecolor="#b36b00", lw=1.4, zorder=2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=3)
+        ax.text(x, y, label, ha="center", va="center", fontsize=9, zorder=3)
         for end in (a, b):
             ax.plot([at[end][0] + 0.93, x - 0.42], [at[end][1], y], color="#b36b00", lw=1.0, zorder=1)
     tau = "learned" if counts["criterion"][0] else "fixed"

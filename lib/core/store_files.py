@@ -123,16 +123,16 @@ def _storage_error(e: OSError, path: Path) -> StoreError | None:
     if e.errno not in _READ_ONLY + _FULL:
         return None
     root = _store_root(path)
-    q, elsewhere = shlex.quote(os.path.abspath(root)), ("or give the store a writable directory "
-                                                        "(FeatureStore(<dir>), or LIB_CACHE_DIR=<dir> for the book's")
+    q = shlex.quote(os.path.abspath(root))
+    moved = "(FeatureStore(<dir>); LIB_CACHE_DIR=<dir> moves the book's default store)"
     if e.errno in _FULL:
         return StoreError(f"the disk holding the feature store {root} is full ({e.strerror} while writing {path}); "
-                          f"nothing was half-written and finished shards are kept: free space on it (`df -h {q}` "
-                          f"shows how much is left) {elsewhere.replace('writable', 'roomier')} default store), "
-                          "then rerun: only what is missing is computed")
-    fix = "copy it to a writable disk" if e.errno == errno.EROFS else f"make it writable (`chmod -R u+w {q}`)"
-    return StoreError(f"the feature store {root} is read-only ({e.strerror}: {path}): cache hits still read from "
-                      f"it, but this call has features to compute and store: {fix} {elsewhere} default store), "
+                          f"nothing was half-written and finished shards are kept. Free space on it (`df -h {q}` "
+                          f"shows how much is left), or give the store a directory on another disk {moved}, then "
+                          "rerun: only what is missing is computed")
+    fix = "Copy it to a writable disk" if e.errno == errno.EROFS else f"Make it writable (`chmod -R u+w {q}`)"
+    return StoreError(f"the feature store {root} is read-only ({e.strerror}: {path}): cache hits still read from it, "
+                      f"but this call must write to it. {fix}, or give the store a writable directory {moved}, "
                       "then rerun")
 
 

@@ -96,7 +96,7 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
     entry = Path(entry)
     if not entry.is_dir():
         raise StoreError(f"no store entry at {entry}: nothing to repair")
-    key, out = entry.name, {"entry": str(entry), "deleted": [], "reasons": {}, "restored": [], "notes": []}
+    out = {"entry": str(entry), "deleted": [], "reasons": {}, "restored": [], "notes": []}
     with _flock(_lock_path(entry)):
         temps = _clean_temp(entry, meta=True)
         spec = _stored_spec(entry) if spec is None else spec
@@ -110,7 +110,8 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
             spec_path.unlink()
             out["notes"].append("deleted spec.json (damaged; the next run writes it again)")
         manifest_path, manifest, listed, drop_manifest = entry / "manifest.json", None, {}, None
-        if manifest_path.is_file():
+        had_manifest = manifest_path.is_file()
+        if had_manifest:
             try:
                 manifest = _read_manifest(entry)
                 listed = {sc["index"]: sc for sc in manifest["shards"]}
@@ -159,7 +160,7 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
         elif manifest is not None and not ids_path.is_file():
             out["notes"].append("ids.json is missing: the next run writes it from its ids (checked against the "
                                 "manifest's hash of them)")
-        if drop_manifest:
+        if drop_manifest and had_manifest:
             manifest_path.unlink(missing_ok=True)
             out["notes"].append(f"dropped manifest.json ({drop_manifest}; the next run rebuilds it)")
     if temps:
@@ -193,7 +194,8 @@ def check(entry: Path) -> list[str]:
         if good is None:
             problems.append(f"shard {s} ({npy}) {why}")
         elif sidecar != good:
-            problems.append(f"the sidecar of shard {s} ({side}) is lost or damaged (the manifest's copy matches the data)")
+            problems.append(f"the sidecar of shard {s} ({side}) is lost or damaged (the manifest's copy matches "
+                            "the data)")
         elif s in listed and listed[s] != good:
             problems.append(f"the manifest's record of shard {s} disagrees with the intact shard")
     return problems

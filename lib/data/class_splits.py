@@ -216,7 +216,7 @@ def split_diagram(benches: dict[str, ClassBenchmark], score_datasets: Sequence[s
     import matplotlib.pyplot as plt
 
     colours = {"seen": "#4C72B0", "val": "#8FB3DE", "unseen": "#C44E52"}
-    fig, (bars, flow) = plt.subplots(1, 2, figsize=(11, 1.2 + 0.9 * len(benches)),
+    fig, (bars, flow) = plt.subplots(1, 2, figsize=(10.5, (1.2 + 0.9 * len(benches) * 0.95)),
                                      gridspec_kw={"width_ratios": [1.6, 1]})
     for y, (name, bench) in enumerate(reversed(list(benches.items()))):
         counts, left = bench.counts(), 0.0
@@ -227,7 +227,7 @@ def split_diagram(benches: dict[str, ClassBenchmark], score_datasets: Sequence[s
                 width = n / len(bench.class_keys)
                 bars.barh(y, width, left=left, height=0.5, color=colours[role], edgecolor="white")
                 bars.text(left + width / 2, y, f"{n} {role}\n{images[role]} img", ha="center", va="center",
-                          fontsize=8, color="white" if width > 0.1 else "black")
+                          fontsize=9, color="white" if width > 0.1 else "black")
                 left += width
         where = "the score" if name in score_datasets else "a separate check"
         extra = (f"; val: {images['val']} held-out photos of the seen classes"
@@ -242,7 +242,7 @@ def split_diagram(benches: dict[str, ClassBenchmark], score_datasets: Sequence[s
              ("unseen", "unseen classes: classify each test\nimage among the unseen classes by\nthe mean score of their texts;\n"
                         "score = mean per-class accuracy")]
     for i, (role, text) in enumerate(steps):
-        flow.text(0.02, 0.95 - 0.3 * i, text, fontsize=8.5, va="top", ha="left",
+        flow.text(0.02, 0.95 - 0.3 * i, text, fontsize=9.5, va="top", ha="left",
                   bbox=dict(boxstyle="round", facecolor=colours[role], alpha=0.25, edgecolor=colours[role]))
     flow.axis("off")
     fig.suptitle("ViTeRB's protocol: disjoint seen and unseen classes per dataset", fontsize=11)
