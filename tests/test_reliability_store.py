@@ -467,7 +467,7 @@ def _command(message: str) -> list[str]:
 def _follow(message: str) -> str:
     """Run the message's command as written (from another working directory); its stdout."""
     argv = _command(message)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/", check=False)
     assert done.returncode == 0, (argv, done.stdout, done.stderr)
     return done.stdout
 
@@ -640,12 +640,12 @@ def test_check_names_the_damage_and_exits_non_zero(tmp_path, reference):
     store = fstore(tmp_path)
     entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
     command = [sys.executable, "-m", "lib.core.store", "check", str(entry)]
-    ok = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert ok.returncode == 0 and f"{N_SHARDS} shard(s), every one matches its checksum; complete" in ok.stdout
     _flip(entry / "shard-00002.npy", -1)
     (entry / "shard-00005.json").unlink()
     (entry / "shard-00007.npy").unlink()
-    bad = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 1, bad
     lines = bad.stdout.splitlines()
     assert any(f"shard 2 ({entry / 'shard-00002.npy'}) fails its checksum" in line for line in lines), bad.stdout
@@ -653,11 +653,11 @@ def test_check_names_the_damage_and_exits_non_zero(tmp_path, reference):
     assert any("sidecar of shard 5" in line for line in lines) and "shard 3" not in bad.stdout
     assert store_mod.repair_command(entry) in bad.stdout
     assert subprocess.run([*command[:3], "repair", str(entry / "manifest.json")], capture_output=True,
-                          timeout=120).returncode == 0  # a file of the entry names it too
-    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0  # nothing damaged is left
+                          timeout=120, check=False).returncode == 0  # a file of the entry names it too
+    assert subprocess.run(command, capture_output=True, timeout=120, check=False).returncode == 0  # none left
     store.get_or_compute(W.SPEC, IDS, compute, progress=False)
     assert real_files(entry) == ref_files
-    nowhere = subprocess.run([*command[:4], str(tmp_path)], capture_output=True, text=True, timeout=120)
+    nowhere = subprocess.run([*command[:4], str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
     assert nowhere.returncode != 0 and "is not a feature-store entry" in nowhere.stderr
 
 
@@ -722,9 +722,9 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
 def test_a_read_only_store_serves_hits_and_refuses_misses_with_one_clear_error(tmp_path, reference, code):
-    ref_files, ref_rows = reference
+    _, ref_rows = reference
     root = tmp_path / "store"
-    entry = fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False).path
+    fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
     before = _tree(root)
     other = {**W.SPEC, "layer": -2}
     with unwritable(root, code):
@@ -750,9 +750,9 @@ def test_a_lost_shard_on_a_read_only_store_is_the_read_only_error(tmp_path, refe
     root = tmp_path / "store"
     entry = fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False).path
     (entry / "shard-00002.npy").unlink()
-    with unwritable(root), pytest.warns(UserWarning, match="shard.* 2 .*recomputing"):
-        with pytest.raises(StoreError, match="is read-only"):
-            fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
+    with unwritable(root), pytest.warns(UserWarning, match="shard.* 2 .*recomputing"), \
+            pytest.raises(StoreError, match="is read-only"):
+        fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
     rec = Recorder()  # writable again: the call recomputes the lost shard
     with pytest.warns(UserWarning):
         fstore(root).get_or_compute(W.SPEC, IDS, rec, progress=False)
@@ -761,7 +761,7 @@ def test_a_lost_shard_on_a_read_only_store_is_the_read_only_error(tmp_path, refe
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes through chmod")
 def test_a_chmod_read_only_store_and_following_its_message(tmp_path, reference):
-    ref_files, ref_rows = reference
+    _, ref_rows = reference
     root = tmp_path / "store"
     fstore(root).get_or_compute(W.SPEC, IDS, compute, progress=False)
     subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
@@ -770,7 +770,7 @@ def test_a_chmod_read_only_store_and_following_its_message(tmp_path, reference):
         with pytest.raises(StoreError, match="is read-only") as info:
             fstore(root).get_or_compute({**W.SPEC, "layer": -2}, IDS, compute, progress=False)
     except BaseException:
-        subprocess.run(["chmod", "-R", "u+w", str(root)])
+        subprocess.run(["chmod", "-R", "u+w", str(root)], check=False)
         raise
     _follow(str(info.value))  # its `chmod -R u+w <store>`, as printed
     res = fstore(root).get_or_compute({**W.SPEC, "layer": -2}, IDS, compute, progress=False)

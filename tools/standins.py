@@ -547,7 +547,7 @@ def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
               "    for kind in kinds:\n"
               "        texts = {k: f'The {n} is one of the classes of {d}. It is shown in photographs.' for k, n in names.items()}\n"
               "        class_texts.write_class_texts(d, kind, {'model': {'name': 'rehearsal stand-in'}, "
-              "'prompt': 'two sentences per class', 'texts': texts})\n")
+              "'prompt': 'two sentences per class', 'texts': texts, 'generation': {'max_new_tokens': 0, 'seconds': 0}})\n")
     run([python, "-c", script], env, cwd, "class texts and reference articles")
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from lib.core import paths
-from lib.core.checksums import file_sha256
 from lib.core.atomic import building_dir, write_json
+from lib.core.checksums import file_sha256
 
 OFFLINE_PREFIX = "offline/"
 # Files whose bytes change a model's outputs (weights, configs, tokenizer vocabularies, custom code): all
@@ -253,12 +253,12 @@ def _hashes(folder: Path, files: dict[str, Path]) -> dict[str, str]:
     folder's real path (a moved folder is hashed once more, to the same identity). A cache that cannot be
     written only costs time. The stat is taken before hashing, so a file changed meanwhile is hashed again.
     """
-    real = str(folder.resolve())
-    record = paths.cache_root() / "hashes" / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"
+    real, record, known = str(folder.resolve()), None, {}
     try:
+        record = paths.cache_root() / "hashes" / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"
         known = json.loads(record.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        known = {}
+        pass
     fresh = {}
     for rel, path in files.items():
         st = path.stat()
@@ -266,7 +266,7 @@ def _hashes(folder: Path, files: dict[str, Path]) -> dict[str, str]:
         old = known.get(rel) if isinstance(known, dict) else None
         same = isinstance(old, dict) and old.get("stamp") == stamp and isinstance(old.get("sha256"), str)
         fresh[rel] = {"stamp": stamp, "sha256": old["sha256"] if same else file_sha256(path)}
-    if fresh != known:
+    if fresh != known and record is not None:
         try:
             write_json(record, {"folder": real, "files": fresh})
         except OSError:

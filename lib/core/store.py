@@ -73,13 +73,13 @@ import torch
 from tqdm.auto import tqdm
 
 from lib.core import store_files, store_repair
-from lib.core.store_files import (
+from lib.core.store_files import (  # noqa: F401  (_verified: bench/store.py clears it; _manifest_digest: tests)
     _DTYPES, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _fault,
-    _flock, _lock_path, _manifest_digest, _npy_header, _read_manifest, _repair_hint, _sha, _sidecar, _verified,  # noqa: F401  (_verified: bench/store.py clears it)
+    _flock, _lock_path, _manifest_digest, _npy_header, _read_manifest, _repair_hint, _sha, _sidecar, _verified,
     _writing, repair_command, spec_key,
 )
 
-__all__ = ["StoreError", "spec_key", "FeatureStore", "CachedFeatures", "store_files", "repair_command"]
+__all__ = ["CachedFeatures", "FeatureStore", "StoreError", "repair_command", "spec_key", "store_files"]
 
 
 class FeatureStore:

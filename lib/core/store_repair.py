@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lib.core.store_files import (
-    StoreError, _atomic_write, _canonical, _check_sidecar, _checksum, _clean_temp, _flock, _lock_path, _open_shard,
+    StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _flock, _lock_path, _open_shard,
     _read_manifest, _sha, repair_command, spec_key,
 )
 
