@@ -188,7 +188,7 @@ scores = torch.tensor([2.0, 1.6, 1.1, 0.4, 0.1, -0.3, -0.6, -1.2])
 demo = pd.DataFrame([{"temperature": f"scores / {t:g}", "weighting": name, "code": i, "weight": w}
                      for t in (0.5, 2.0, 10.0) for name in ("softmax", "sparsemax")
                      for i, w in enumerate((torch.softmax(scores / t, -1) if name == "softmax" else sparsemax(scores / t, -1)).tolist())])
-fig, axes = plt.subplots(1, 3, figsize=(10.5, 2.6), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=(9.8, 2.6), sharey=True)
 for axis, (temperature, part) in zip(axes, demo.groupby("temperature", sort=False)):
     sns.barplot(data=part, x="code", y="weight", hue="weighting", ax=axis)
     nonzero = int((part[part.weighting == "sparsemax"].weight > 0).sum())

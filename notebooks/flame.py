@@ -158,7 +158,7 @@ pd.DataFrame([{"set": pairs.name, "role": role, "rows used": rows[role], "rows i
 
 # %%
 if cfg.data.corpus == "emoji":
-    fig, axes = plt.subplots(1, 6, figsize=(10.5, 2.1))
+    fig, axes = plt.subplots(1, 6, figsize=(9.8, 2.1))
     for axis, i in zip(axes, range(0, rows["train"], rows["train"] // 6)):
         axis.imshow(bench.train.load_image(i))
         axis.set_title(bench.train.captions[i].split(".")[0][:20], fontsize=9)
@@ -306,7 +306,7 @@ main.table(list(labels), by=["method"], labels=labels).set_index("method").T
 
 # %%
 plot = main.frame()
-fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.2), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=(9.8, 3.2), sharey=True)
 for axis, metric, level in zip(axes, ["zero-shot/acc1", "retrieval/image_retrieval_recall@1",
                                       "retrieval/text_retrieval_recall@1"],
                                [chance["zero-shot"], chance["retrieval"], chance["retrieval"]]):
@@ -356,7 +356,7 @@ ablation.table(list(labels), by=["facets"], labels=labels).set_index("facets").T
 by_k = ablation.frame().melt(id_vars=["facets", "seed"], value_vars=["zero-shot/acc1", "retrieval/image_retrieval_recall@1",
                                                                     "retrieval/text_retrieval_recall@1"],
                              var_name="metric", value_name="score").replace({"metric": labels})
-fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.4), width_ratios=[1.4, 1])
+fig, (left, right) = plt.subplots(1, 2, figsize=(9.8, 3.4), width_ratios=[1.4, 1])
 sns.lineplot(data=by_k, x="facets", y="score", hue="metric", marker="o", errorbar="sd", ax=left)
 notebook.percent_axis(left, "y", decimals=1)
 left.set(xlabel="facet prompts per caption (k)", ylabel="on unseen concepts", xticks=sorted(by_k.facets.unique()),
@@ -486,7 +486,7 @@ if len(coincidences):
 #
 # | | paper (Cao et al. 2025) | official code ([MIV-XJTU/FLAME @ 4d2b9a9](https://github.com/MIV-XJTU/FLAME/tree/4d2b9a932f205cbfc1d5a9ec9320e4e240ec66de)) | this book |
 # |---|---|---|---|
-# | text encoder | Mistral-Nemo (12B), frozen | `Mistral-Nemo-Instruct-2407`, fp16 | small: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
+# | text encoder | Mistral-Nemo (12B), frozen | Mistral-Nemo-Instruct-2407, fp16 | small: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
 # | layer read | "the final hidden state" | block 39 of 40, before the final norm | after the final norm (`layer: -1`); `layer: 39` reproduces the code |
 # | prompt | template P below | template C below (single prompt; the long template starts "Detailed Image description :"), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
 # | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small: the first 3 of the 7 on long CLDR captions; full: the 7; short texts under the one prompt |
@@ -494,9 +494,12 @@ if len(coincidences):
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached image feature; only the MLP trains (small: hidden 1,024, on one pooled vector) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE (summed over images as printed), τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 averaged over the batch (a constant factor); the sigmoid loss compared (all K positives) |
 # | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128 |
-# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (`caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5`) | full: its long captions only (`data_manifests/flame-recap-cc3m.yaml`); small: 400 emoji with long CLDR captions |
+# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions |
 # | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant |
 # | headline | ImageNet 36.0 (CLIP 16.0, Table 3); Urban-1k T2I R@1 41.3 → 66.6 with 1 → 7 prompts (Table 6); multilingual ImageNet 40.6 vs CLIP 19.2 (Table 4) | — | this run, below |
+#
+# The released captions are the hub dataset `caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5`, read by the full config
+# through `data_manifests/flame-recap-cc3m.yaml`.
 #
 # The two prompt templates (`<facet>` is one facet phrase):
 #

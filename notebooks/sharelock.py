@@ -144,7 +144,7 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
                 for s in bench.zero_shot]).set_index("set")
 
 # %%
-fig, axes = plt.subplots(2, 8, figsize=(10.5, 3.2))
+fig, axes = plt.subplots(2, 8, figsize=(9.8, 3.2))
 for row, pairs, colour in ((0, bench.train, "black"), (1, bench.retrieval, "firebrick")):
     for column, index in enumerate(range(0, len(pairs), max(1, len(pairs) // 8))[:8]):
         axes[row, column].imshow(pairs.load_image(index))
@@ -362,7 +362,7 @@ if cfg.data.corpus == "emoji":
     groups = {c.key: c.group for c in emoji.load_concepts()}
     hit = (similarity.argmax(1) == torch.arange(len(similarity))).float().numpy()
     per_group = pd.DataFrame({"group": [groups[c] for c in held_out.concepts[:shown]], "correct": hit})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.8, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     order = per_group.groupby("group").correct.mean().sort_values(ascending=False).index
     sns.barplot(data=per_group, y="group", x="correct", order=order, ax=left, errorbar=None, color="steelblue")
     notebook.percent_axis(left, "x")

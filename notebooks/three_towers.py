@@ -158,7 +158,7 @@ pd.DataFrame([{"set": p.name, "role": "training pairs", "rows": len(p)} for p in
                 for s in bench.zero_shot]).set_index("set")
 
 # %%
-fig, axes = plt.subplots(2, 6, figsize=(10.5, 4.0))
+fig, axes = plt.subplots(2, 6, figsize=(9.8, 4.0))
 for axis, i in zip(axes.flat, torch.linspace(0, len(data.train["pixels"]) - 1, 12).long().tolist()):
     axis.imshow(data.train["pixels"][i].permute(1, 2, 0).numpy())
     words = data.tokenizer.decode(data.train["input_ids"][i][data.train["attention_mask"][i].bool()],
@@ -220,7 +220,7 @@ print(inspect.getsource(tt.ThreeTowers.loss))
 # data, with the same steps, batch, optimiser and seeds.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10.5, 2.4))
+fig, axes = plt.subplots(1, 2, figsize=(9.8, 2.4))
 for axis, variant in zip(axes, ("scratch", "lit")):
     three_towers.diagram(three_towers.build(cfg, data, variant), cfg.third.name, ax=axis)
 plt.tight_layout()

@@ -179,7 +179,7 @@ fig = class_splits.split_diagram(benches, cfg.score_datasets)
 # %%
 if "fashion-mnist" in benches:
     fm = benches["fashion-mnist"]
-    fig, axes = plt.subplots(1, len(fm.class_keys), figsize=(10.5, 1.7))
+    fig, axes = plt.subplots(1, len(fm.class_keys), figsize=(9.8, 1.7))
     for axis, label in zip(axes, range(len(fm.class_keys))):
         first = fm.image_labels.index(label)
         axis.imshow(fm.image_sources[0].load_image(fm.image_rows[first][1]))

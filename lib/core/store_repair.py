@@ -6,7 +6,7 @@
 Why a command: a notebook user who meets a damaged entry holds no spec (it is built inside
 lib.core.features), only the path that the store's message names. The entry keeps its spec
 (``spec.json``, and a copy in ``manifest.json``), so the entry folder is all that repair needs, and
-every message of the store that gives advice gives this command with the real path
+every message of the store (book/design.md, "The feature store") that gives advice gives this command with the real path
 (:func:`lib.core.store_files.repair_command`). A file inside the entry (a shard, the manifest) names
 it too. :meth:`lib.core.store.FeatureStore.repair` is the same repair, given a spec.
 

@@ -12,7 +12,7 @@ selects the same synsets and the same images (tests/test_prepare.py checks it ag
 
 An uncompressed outer tar is listed by seeking over its headers (minutes for 1.3 TB); a compressed one is read twice,
 once to list and once to extract (extract the outer archive first, ``tar xzf``, to read it once). A listing is kept
-in the staging folder, so a resumed run does not list again.
+in the staging folder, so a resumed run does not list again. The preparation step as a whole: book/scale_out.md.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ under ``source`` (an archive or the folder it extracts to), has ``verify`` check
 the loader's layout into ``staging`` (:class:`lib.data.prepare.Staging`: atomic files, resumable) and reports
 counts, drops and the settings it applied. Every choice is seeded from the manifest, never from the file system's
 listing order. The loaders these layouts feed: ``lib.data.datasets.jsonl_pairs`` (cc3m-llava, flame-recap-cc3m),
-``folder_labelled`` (imagenet-1k) and ``lib.data.full_sets`` (awa2, cub, fgvc-aircraft, imagenet-plus).
+``folder_labelled`` (imagenet-1k) and ``lib.data.full_sets`` (awa2, cub, fgvc-aircraft, imagenet-plus). The
+whole path from download to full run: book/scale_out.md.
 """
 from __future__ import annotations
 
