@@ -137,8 +137,7 @@ def ratios_section(loaded, figure: str | None) -> list[str]:
             values = (f"{fmt(r['baseline_value'])} → {fmt(r['candidate_value'])} {r['unit']}"
                       if "baseline_value" in r else "")
             target = f" (target ≥ {fmt_ratio(r['target'])})" if "target" in r else ""
-            rows.append([r["name"], r["candidate"], r["baseline"], r["measure"], values,
-                         f"**{fmt_ratio(r['value'])}**{target}"])
+            rows.append([r["name"], r["candidate"], r["baseline"], values, f"**{fmt_ratio(r['value'])}**{target}"])
     lines = ["## Every ratio measured", "",
              "Each ratio is the candidate's rate divided by the baseline's, both measured in the same run "
              "on the same inputs (> 1× means the candidate is faster). The rates column gives baseline → "
@@ -149,7 +148,9 @@ def ratios_section(loaded, figure: str | None) -> list[str]:
                   "Every ratio on this page (log scale). Bars right of the line at 1× are the candidate "
                   "(the path `lib` takes) being faster than its baseline; the FLOP/s rows are the training "
                   "step's share of the machine's dense matmul rate, where 1× would be that peak.", "```", ""]
-    return lines + table(["what", "candidate", "baseline", "measure", "rates", "ratio"], rows)
+    # Two narrow tables rather than one wider than the page's column: the ratios, then what each compares.
+    return (lines + table(["what", "rates", "ratio"], [[r[0], r[3], r[4]] for r in rows])
+            + ["", "What each ratio compares:", ""] + table(["what", "candidate", "baseline"], [r[:3] for r in rows]))
 
 
 def vision_section(report: dict) -> list[str]:
@@ -211,9 +212,10 @@ def training_section(report: dict) -> list[str]:
     return ["The ShareLock head (`lib.methods.sharelock.ShareLock`, CLIP loss) on synthetic features. *steps/s*: full "
             "optimiser steps (forward, backward, clipping, Adam); *batches/s*: the data path alone, no model. "
             "FLOP/s of the step count its matmuls: " + report["flop_count_rule"], "",
-            *table(["case", "head (in→hidden×k→out)", "batch", "rows", "precision", "fit steps/s",
-                    "DataLoader steps/s", "resident batches/s", "DataLoader batches/s", "step GFLOP/s",
-                    "matmul GFLOP/s"], rows)]
+            *table(["case", "head (in→hidden×k→out)", "batch", "rows", "precision"], [r[:5] for r in rows]), "",
+            "*loader*: `DataLoader(TensorDataset)`; *resident*: slices of tensors held in memory.", "",
+            *table(["case", "fit steps/s", "loader steps/s", "resident batches/s", "loader batches/s",
+                    "step GFLOP/s", "matmul GFLOP/s"], [[r[0], *r[5:]] for r in rows])]
 
 
 def scaling_section(report: dict, figure: str | None) -> list[str]:
@@ -259,13 +261,14 @@ def text_section(report: dict) -> list[str]:
 
 
 def facets_section(report: dict) -> list[str]:
-    rows = [[r["model"], r["captions"], r["facets"], r["embeddings_per_s"]["decoupled"],
+    rows = [[r["model"].removeprefix("offline/"), r["captions"], r["facets"], r["embeddings_per_s"]["decoupled"],
              r["embeddings_per_s"]["separate"], r["embeddings_per_s"]["stacked"], r["token_slots"]["decoupled"],
              r["token_slots"]["separate"], r["max_abs_difference_vs_separate"]] for r in report["results"]]
     return [f"FLAME's K facet prompts per caption ({report['captions_kind']} captions, facet set "
-            f"`{report['facet_set']}`): `lib.core.facets` runs the caption once and the K suffixes beside it.", "",
-            *table(["model", "captions", "facets", "decoupled emb/s", "separate emb/s", "stacked emb/s",
-                    "token slots decoupled", "token slots separate", "max abs diff"], rows)]
+            f"`{report['facet_set']}`): `lib.core.facets` runs the caption once and the K suffixes beside it. "
+            "*/s*: embeddings per second; *slots*: token slots processed.", "",
+            *table(["model", "captions", "facets", "decoupled /s", "separate /s", "stacked /s",
+                    "slots decoupled", "slots separate", "max abs diff"], rows)]
 
 
 SECTIONS = {"vision_features": vision_section, "store": store_section, "training": training_section,
@@ -313,7 +316,7 @@ def draw_figures(loaded, folder: Path) -> None:
     if rows:
         frame = pd.DataFrame(rows)
         colours = dict(zip(frame["benchmark"].unique(), sns.color_palette(n_colors=frame["benchmark"].nunique())))
-        fig, ax = plt.subplots(figsize=(9, 0.3 * len(frame) + 1.2))
+        fig, ax = plt.subplots(figsize=(5.5, 0.3 * len(frame) + 1.2))  # + ~4 in of labels: under 10.6 in
         y = range(len(frame))[::-1]  # first ratio on top
         # bars grow from 1x: to the right where the candidate is faster, to the left where it is slower
         ax.barh(list(y), frame["value"] - 1.0, left=1.0, color=[colours[b] for b in frame["benchmark"]])

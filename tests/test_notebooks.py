@@ -91,4 +91,4 @@ def test_sharelock_second_run_computes_no_feature(sharelock_run):
     first, second = dict(sharelock_run["runs"][0]), dict(rerun["runs"][0])
     first.pop("train_s"), second.pop("train_s")
     assert first == second
-    assert set(rerun["versions"]) == {"torch", "transformers", "timm", "open_clip"}
+    assert {"torch", "transformers", "timm", "open_clip"} <= set(rerun["versions"])

@@ -70,6 +70,27 @@ as_root() {
   fi
 }
 
+# pack_npm "<package>@<version> <file>"...: npm-pack each tarball not yet in $NPM_DIR (installing npm from Debian
+# first if need be); every tarball's path, present or packed, is left in TARBALLS.
+pack_npm() {
+  local line spec file missing=()
+  TARBALLS=()
+  for line in "$@"; do
+    spec=${line%% *}; file=${line#* }
+    TARBALLS+=("$NPM_DIR/$file")
+    [[ -e $NPM_DIR/$file ]] || missing+=("$spec")
+  done
+  if ((${#missing[@]})); then
+    if ! command -v npm >/dev/null 2>&1; then
+      export DEBIAN_FRONTEND=noninteractive
+      as_root apt-get update -qq
+      as_root apt-get install -y -qq npm
+    fi
+    (cd "$NPM_DIR" && npm pack --silent "${missing[@]}" >/dev/null)
+    say "npm packed: ${missing[*]}"
+  fi
+}
+
 # --- 1. virtual environment -------------------------------------------------------------------
 if ((HERE)) || ! want venv; then
   mkdir -p "$STAMPS"
@@ -152,22 +173,8 @@ for f in yaml.safe_load(open(sys.argv[1]))["files"]:
     print(f"{f['package']}@{f['version']} {f['file']}")
 EOF
 )
-missing=()
-tarballs=()
-for line in "${SPECS[@]}"; do
-  spec=${line%% *}; file=${line#* }
-  tarballs+=("$NPM_DIR/$file")
-  [[ -e $NPM_DIR/$file ]] || missing+=("$spec")
-done
-if ((${#missing[@]})); then
-  if ! command -v npm >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    as_root apt-get update -qq
-    as_root apt-get install -y -qq npm
-  fi
-  (cd "$NPM_DIR" && npm pack --silent "${missing[@]}" >/dev/null)
-  say "npm packed: ${missing[*]}"
-fi
+pack_npm "${SPECS[@]}"
+tarballs=("${TARBALLS[@]}")
 if fresh "$NPM_DIR/.stamp-verified" "$MANIFEST" "${tarballs[@]}"; then
   say "emoji tarballs ok (sha256 checked earlier)"
 else
@@ -280,21 +287,8 @@ for manifest in sys.argv[1:]:
         print(f"{f['package']}@{f['version']} {f['file']}")
 EOF
 )
-  missing=(); mtarballs=()
-  for line in "${MSPECS[@]}"; do
-    spec=${line%% *}; file=${line#* }
-    mtarballs+=("$NPM_DIR/$file")
-    [[ -e $NPM_DIR/$file ]] || missing+=("$spec")
-  done
-  if ((${#missing[@]})); then
-    if ! command -v npm >/dev/null 2>&1; then
-      export DEBIAN_FRONTEND=noninteractive
-      as_root apt-get update -qq
-      as_root apt-get install -y -qq npm
-    fi
-    (cd "$NPM_DIR" && npm pack --silent "${missing[@]}" >/dev/null)
-    say "npm packed: ${missing[*]}"
-  fi
+  pack_npm "${MSPECS[@]}"
+  mtarballs=("${TARBALLS[@]}")
   if fresh "$NPM_DIR/.stamp-verified-medium" "${MEDIUM_MANIFESTS[@]}" "${mtarballs[@]}"; then
     say "medium npm tarballs ok (sha256 checked earlier)"
   else
