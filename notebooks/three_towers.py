@@ -292,7 +292,7 @@ runs.table(list(labels), by=["method"], labels=labels).set_index("method").T
 # %%
 levels = three_towers.chance(bench)
 plot = runs.frame().melt(id_vars=["method", "seed"], value_vars=list(labels), var_name="metric", value_name="score")
-fig, axes = plt.subplots(1, len(labels), figsize=(2.1 * len(labels), 3.4))
+fig, axes = plt.subplots(1, len(labels), figsize=(min(9.8, 2.1 * len(labels)), 3.4))
 for axis, (key, label) in zip(axes, labels.items()):
     sns.barplot(data=plot[plot.metric == key], x="method", y="score", order=list(tt.VARIANTS), errorbar="sd", ax=axis)
     notebook.chance_line(axis, levels["retrieval" if key.startswith("retrieval/") else key.split("/")[0]])
