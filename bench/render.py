@@ -157,7 +157,7 @@ def vision_section(report: dict) -> list[str]:
     rows = []
     for r in report["results"]:
         net, enc = r["network_images_per_s"], r.get("encode_images_per_s", {})
-        rows.append([r["case"], r["fast_path"], net["eager"], net["fast"], enc.get("eager"), enc.get("fast"),
+        rows.append([r["case"], r["fast_path"].replace(" (lib backend='onnx')", ""), net["eager"], net["fast"], enc.get("eager"), enc.get("fast"),
                      r["max_abs_difference"], r["max_abs_feature"], 1.0 - r["min_cosine"]])
     c = report["config"]
     return [f"{c['images']} real emoji drawings per case, batch {c['batch_size']}, best of {c['repeats']} "
@@ -165,9 +165,9 @@ def vision_section(report: dict) -> list[str]:
             "*encode*: `VisionEncoder.encode` from PIL images, preprocessing included (the same for both). "
             "The two paths' features agree to the difference shown (`tests/test_fast_vision.py` asserts "
             "max |diff| < 1e-4 and cosine > 0.99999 on real images); because they are not bit-identical, "
-            "`backend='onnx'` is part of the feature-store key.", "",
-            *table(["case", "fast path", "network eager (img/s)", "network fast (img/s)", "encode eager (img/s)",
-                    "encode fast (img/s)", "max abs diff", "max abs feature", "1 − min cosine"], rows)]
+            "`backend='onnx'` is part of the feature-store key. Rates are images per second.", "",
+            *table(["case", "fast path", "network eager", "network fast", "encode eager",
+                    "encode fast", "max abs diff", "max abs feature", "1 − min cosine"], rows)]
 
 
 def store_section(report: dict) -> list[str]:
@@ -261,13 +261,14 @@ def text_section(report: dict) -> list[str]:
 
 
 def facets_section(report: dict) -> list[str]:
-    rows = [[r["model"].removeprefix("offline/"), r["captions"], r["facets"], r["embeddings_per_s"]["decoupled"],
+    rows = [[r["model"].removeprefix("offline/"), r["facets"], r["embeddings_per_s"]["decoupled"],
              r["embeddings_per_s"]["separate"], r["embeddings_per_s"]["stacked"], r["token_slots"]["decoupled"],
              r["token_slots"]["separate"], r["max_abs_difference_vs_separate"]] for r in report["results"]]
     return [f"FLAME's K facet prompts per caption ({report['captions_kind']} captions, facet set "
             f"`{report['facet_set']}`): `lib.core.facets` runs the caption once and the K suffixes beside it. "
-            "*/s*: embeddings per second; *slots*: token slots processed.", "",
-            *table(["model", "captions", "facets", "decoupled /s", "separate /s", "stacked /s",
+            f"{report['results'][0]['captions']} captions per model; */s*: embeddings per second; *slots*: token "
+            "slots processed.", "",
+            *table(["model", "facets", "decoupled /s", "separate /s", "stacked /s",
                     "slots decoupled", "slots separate", "max abs diff"], rows)]
 
 

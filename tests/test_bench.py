@@ -72,5 +72,7 @@ def test_every_ratio_is_on_the_page():
     for label, report in render.load():
         for r in render.ratios_of(render._name((label, report)), report):
             assert r["name"] in page and render.fmt_ratio(r["value"]) in page, (label, r["name"])
-            row = next(line for line in page.splitlines() if line.startswith(f"| {r['name']} |"))
-            assert render.fmt_ratio(r["value"]) in row and r["baseline"] in row
+            # Two rows name it: the ratio with its rates, then what it compares (candidate and baseline).
+            ratio_row, compares_row = [line for line in page.splitlines() if line.startswith(f"| {r['name']} |")]
+            assert render.fmt_ratio(r["value"]) in ratio_row
+            assert r["candidate"] in compares_row and r["baseline"] in compares_row
