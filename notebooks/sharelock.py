@@ -195,6 +195,16 @@ print(inspect.getsource(ShareLockHead.__init__).split('"""')[0].rstrip())
 print(inspect.getsource(ShareLockHead.__init__).split("layers: list[nn.Module] = []")[1].split("self.net")[0])
 
 # %% [markdown]
+# The whole method on one page, drawn from a model built for this config's main pair
+# (`lib.chapters.sharelock.method_diagram` reads the widths, layers and parameter count from the
+# module itself): grey parts are frozen and run once into the feature store; the blue head is all
+# that trains.
+
+# %%
+sharelock.method_diagram(sharelock.build(cfg, feats, bench, text_main, vision_main), vision_main, text_main)
+plt.show()
+
+# %% [markdown]
 # ## Training the head
 #
 # One loop serves every chapter (`lib.core.train.fit`): Adam, cosine schedule with warm-up, gradient

@@ -82,3 +82,27 @@ def test_embedding_accepts_any_float_dtype(dtype):
     text = method.embed_text(torch.randn(3, 6, dtype=dtype))
     assert image.dtype == text.dtype == torch.float32 and image.shape == text.shape == (3, 4)
     assert torch.allclose(image.norm(dim=-1), torch.ones(3)) and torch.allclose(text.norm(dim=-1), torch.ones(3))
+
+
+@pytest.mark.parametrize("kind,hidden,layers", [("mlp", 16, 4), ("mlp", 32, 2), ("linear", 16, 4)])
+def test_method_diagram_is_drawn_from_the_built_head(kind, hidden, layers):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lib.chapters import sharelock as chapter
+    from lib.core.config import TextModelConfig, VisionModelConfig
+
+    method = ShareLock(12, 8, HeadConfig(hidden_dim=hidden, num_layers=layers), LossConfig(0.05), kind=kind)
+    ax = chapter.method_diagram(method, VisionModelConfig("org/some-vision", "timm"),
+                                TextModelConfig("org/some-llm", "last_token", layer=-2))
+    texts = " ".join(t.get_text() for t in ax.texts)
+    trained = sum(p.numel() for p in method.parameters())
+    assert f"trained · {trained:,} parameters" in texts  # the count is the module's
+    linears = [m for m in method.text_head.modules() if isinstance(m, torch.nn.Linear)]
+    assert texts.count("Linear ") == len(linears) == (layers if kind == "mlp" else 1)
+    assert f"Linear {linears[-1].in_features}→8" in texts and "layer -2" in texts and "last token" in texts
+    assert "some-vision" in texts and "some-llm" in texts and "12-d" in texts and "8-d" in texts
+    assert "τ = 0.05" in ax.get_title() and ("ShareLock MLP" in texts) == (kind == "mlp")
+    plt.close("all")
