@@ -187,6 +187,11 @@ def test_folder_labelled_reads_classes_in_manifest_order(manifest_dir, class_fol
         assert labelled.load_image(i).tobytes() == Image.open(c.images["twitter"]).tobytes()
     capped = folder_labelled("toy-classes", per_class=1)
     assert capped.labels == (0, 1) and capped.ids == (expected[0][0], expected[3][0])
+    # data.prompts reaches the folder sets too: the 80 templates by default, the bare name when asked.
+    from lib.data.templates import IMAGENET_TEMPLATES, NAME_ONLY
+
+    assert labelled.templates == tuple(IMAGENET_TEMPLATES) and len(labelled.templates) == 80
+    assert folder_labelled("toy-classes", prompts="name").templates == tuple(NAME_ONLY)
 
 
 def test_folder_labelled_bad_image_names_the_file(manifest_dir, class_folder):

@@ -15,7 +15,8 @@ loaders' layout by ``python -m lib.data.prepare``. Each rehearsal then takes eve
    set ``train.precision: bf16``), evaluation, claims, figures and tables, metrics.json.
 
 The overrides are only what a rehearsal needs (``OVERRIDES`` in tools/standins.py): the CPU, 2 optimiser steps, 16
-training pairs, a 64-wide head (a rehearsal trains up to ~150 heads on one core). A run fails the test on any error,
+training pairs, one prompt per class, and whatever the chapter trains at a few dozen units wide (heads, the Three Towers
+towers, FDT's codebook: a rehearsal trains up to ~150 heads on one core). A run fails the test on any error,
 with the failing step and its output. ``test_a_broken_rehearsal_says_what_broke`` breaks it three ways (a renamed
 config key, a dataset never prepared, a dtype mismatch that only bf16 autocast exposes) and checks each message.
 """
@@ -68,17 +69,7 @@ def _outputs(path: str) -> dict[str, int]:
     return counts
 
 
-# Not yet rehearsed in CI (issue 17, open): FLAME's full-config notebook kills its kernel (memory) on the stand-ins,
-# and Three Towers' and FDT's take over 15 minutes at the rehearsal's sizes (each trains every ablation of the
-# chapter). Their pre-flight, prepare and precompute steps are exercised by tests/test_preflight.py and
-# tests/test_prepare.py; run one by hand with `pytest -k "rehearsal and fdt" --runxfail`.
-UNFINISHED = {"flame": "kernel dies (memory) in the full-config notebook on stand-ins",
-              "three_towers": "over 15 min at rehearsal sizes", "fdt": "over 15 min at rehearsal sizes"}
-REHEARSED = [pytest.param(c, marks=pytest.mark.xfail(reason=UNFINISHED[c], run=False)) if c in UNFINISHED else c
-             for c in CHAPTERS]
-
-
-@pytest.mark.parametrize("chapter", REHEARSED)
+@pytest.mark.parametrize("chapter", CHAPTERS)
 def test_rehearsal_of_the_full_config(chapter, world, tmp_path):
     metrics = _rehearse(chapter, world, tmp_path)
     log = metrics["_log"]

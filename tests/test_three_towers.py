@@ -279,3 +279,14 @@ def test_compact_vocabulary_renumbers_the_pieces_of_its_texts():
         == "flag : japan"
     unknown = tt.tokenize(compact, ["zebra"], 4)["input_ids"][0, 1]  # a piece outside the texts
     assert compact.kept[unknown] == base.unk_token_id
+
+
+def test_compact_vocabulary_memoises_the_padded_prompts():
+    from lib.methods.three_towers import CompactVocabulary, load_tokenizer
+
+    compact = CompactVocabulary(load_tokenizer("offline/all-MiniLM-L6-v2"), ["grinning face", "red apple"])
+    first = compact.padded(["grinning face", "red apple"], 8)
+    for key, value in tt.tokenize(compact, ["grinning face", "red apple"], 8).items():
+        assert torch.equal(first[key], value)  # the same tokens as tokenize()
+    assert compact.padded(("grinning face", "red apple"), 8) is first  # read again, not re-tokenised
+    assert compact.padded(["grinning face", "red apple"], 6)["input_ids"].shape == (2, 6)  # context is in the key

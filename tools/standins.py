@@ -478,14 +478,22 @@ CHAPTER_DATA = {
 TRAIN = "train: {steps: 2, eval_every: 1, warmup_steps: 1, batch_size: 16}"
 # data.prompts: name puts each ImageNet class name into one prompt instead of CLIP's 80 templates: the same code, 1,000
 # prompts instead of 80,000 per text model (FLAME: x 7 facets); ViTeRB's imagenet7 likewise.
-PAIRS = "data: {limit: 16, prompts: name}"
+PAIRS = "data: {limit: 16, prompts: name}, store: {shard_rows: 512}"  # 512: entries still split over both ranks
 OVERRIDES = {
     "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, " + PAIRS + "}",
     "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8, "
               "store: {shard_rows: 2048}}",
-    "flame": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
-    "three_towers": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
-    "fdt": "{device: cpu, " + TRAIN + ", " + PAIRS + "}",
+    # The trainable parts at tiny widths (the same classes: a timm ViT, the transformer text tower, the FDT codebook):
+    # at full width one evaluation embeds 1,000 ImageNet images with a from-scratch ViT-B and 1,000 prompts with a
+    # 12-layer tower, minutes on a CPU per run, and a chapter evaluates ~15 runs.
+    "flame": "{device: cpu, " + TRAIN + ", " + PAIRS + ", head: {hidden_dim: 64}, projector_hidden: 64, "
+             "scratch: {width: 32, depth: 1, heads: 2, context: 16}, scratch_embed_dim: 32, val_limit: 8, "
+             "retrieval_limit: 16}",
+    "three_towers": "{device: cpu, " + TRAIN + ", " + PAIRS + ", embed_dim: 32, "
+                    "image_tower: {timm_name: vit_tiny_patch16_224, image_size: 32}, "
+                    "text_tower: {width: 32, depth: 1, heads: 2, context: 16}}",
+    "fdt": "{device: cpu, " + TRAIN + ", " + PAIRS + ", fdt: {num_codes: 64, code_dim: 32}, baseline: {embed_dim: 32}, "
+           "init_probe: [64, 32]}",
 }
 SEEDS = {"viterb": "[0]"}  # ViTeRB's three seeds x 6 models x 4 text types x 4 datasets: one seed is the same code
 

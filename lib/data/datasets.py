@@ -172,8 +172,9 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
     )
 
 
-def folder_labelled(name: str, per_class: int | None = None) -> Labelled:
-    """Full config zero-shot set: ``<location>/<class folder>/<images>``; class names from the manifest."""
+def folder_labelled(name: str, per_class: int | None = None, prompts: str = "sentences") -> Labelled:
+    """Full config zero-shot set: ``<location>/<class folder>/<images>``; class names from the manifest; ``prompts``:
+    CLIP's 80 ImageNet templates (``sentences``) or the bare class name (``name``), as ``data.prompts`` says."""
     manifest = manifests.load(name)
     folder = _manifest_folder(name, "")
     class_dirs: Sequence[str] = manifest["class_dirs"]
@@ -198,7 +199,7 @@ def folder_labelled(name: str, per_class: int | None = None) -> Labelled:
         ids=tuple(ids),
         labels=tuple(labels),
         classnames=tuple(classnames),
-        templates=tuple(IMAGENET_TEMPLATES),
+        templates=tuple(NAME_ONLY if prompts == "name" else IMAGENET_TEMPLATES),
         load_image=lambda i: open_image(paths[i]),
         source={"dataset": name, "manifest": manifests.manifest_hash(name)},
     )
@@ -221,7 +222,7 @@ def build_benchmark(data) -> Benchmark:
         if name == "fashion-mnist":
             extra.append(fashion_mnist_labelled(data.zero_shot_per_class, data.prompts))
         else:
-            extra.append(folder_labelled(name, data.zero_shot_per_class))
+            extra.append(folder_labelled(name, data.zero_shot_per_class, data.prompts))
     if data.corpus == "emoji":
         style, other = data.train_style, data.other_style
         return Benchmark(

@@ -27,6 +27,7 @@ See notebooks/three_towers.py, sections "The three towers" and "The loss, equati
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -100,6 +101,17 @@ class CompactVocabulary:
         unknown = int((self.kept == tokenizer.unk_token_id).nonzero()[0, 0]) if tokenizer.unk_token_id is not None else 0
         self.lookup = torch.full((len(tokenizer),), unknown, dtype=torch.long)
         self.lookup[self.kept] = torch.arange(len(self.kept))
+        self._padded: dict[tuple, dict[str, torch.Tensor]] = {}
+
+    def padded(self, texts: Sequence[str], context: int) -> dict[str, torch.Tensor]:
+        """:func:`tokenize`'s result, memoised for the zero-shot prompts: every evaluation reads the same prompts again
+        (1,000 classes x 80 templates for ImageNet), and tokenising them again cost more than embedding them with a
+        small tower (the captions are tokenised once and are not kept here)."""
+        key = (context, tuple(texts))
+        if key not in self._padded:
+            encoded = self(list(texts), padding="max_length", truncation=True, max_length=context, return_tensors="pt")
+            self._padded[key] = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+        return self._padded[key]
 
     @property
     def vocab_size(self) -> int:
@@ -320,7 +332,8 @@ def zero_shot(method: ThreeTowers, images: dict[str, torch.Tensor | None], label
     method.eval()
 
     def encode_text(texts: list[str]) -> torch.Tensor:
-        tokens = tokenize(tokenizer, texts, context)
+        padded = tokenizer.padded if isinstance(tokenizer, CompactVocabulary) else partial(tokenize, tokenizer)
+        tokens = padded(texts, context)
         return embed_in_batches(method.embed_text, tokens["input_ids"], tokens["attention_mask"])
 
     classifier = zero_shot_classifier(encode_text, labelled.classnames, labelled.templates)
