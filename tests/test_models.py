@@ -193,3 +193,23 @@ def test_hub_id_passes_through_with_its_revision():
     unpinned = resolve("meta-llama/Meta-Llama-3-8B", "transformers")
     assert unpinned.identity == {"name": "meta-llama/Meta-Llama-3-8B", "revision": "main"}
     assert resolve("facebook/dinov2-large", "transformers", "zzz").identity != resolved.identity
+
+
+def test_hub_id_is_keyed_by_the_commit_its_revision_resolves_to(tmp_path, monkeypatch):
+    """A moving branch must not reuse the features of older weights: the key names the cached snapshot's commit, and
+    the loaders then load that very commit."""
+    from huggingface_hub import constants
+
+    commit, newer = "a" * 40, "b" * 40
+    repo = tmp_path / "models--org--model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert models.hub_commit("org/model") == commit
+    assert resolve("org/model", "transformers").identity == {"name": "org/model", "revision": commit}
+    assert resolve("org/model", "transformers", newer).identity["revision"] == newer  # a full hash is itself
+    (repo / "refs" / "main").write_text(newer)  # the branch moved; its snapshot is not downloaded yet
+    assert models.hub_commit("org/model") is None  # hub off: unknown, so the key says "main", never the old commit
+    assert resolve("org/model", "transformers").identity["revision"] == "main"

@@ -91,6 +91,7 @@ class TextEncoder:
         self.max_length, self.batch_size, self.device = max_length, batch_size, device
         self.dtype = dtype
         self.resolved = resolve(name, "transformers", revision)
+        revision = self.resolved.identity.get("revision", revision)  # the commit the key names
         self.tokenizer = AutoTokenizer.from_pretrained(self.resolved.load_path, revision=revision)
         if self.tokenizer.pad_token is None:  # decoders often ship none; any id works under the mask
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -197,6 +198,7 @@ class VisionEncoder:
         self.name, self.library, self.batch_size, self.device = name, library, batch_size, device
         self.dtype = dtype
         self.resolved = resolve(name, library, revision)
+        revision = self.resolved.identity.get("revision", revision)  # the commit the key names
         if library == "timm":
             self._init_timm(image_size, crop_pct)
         else:

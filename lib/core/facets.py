@@ -240,6 +240,7 @@ class FacetEncoder:
         self.dtype, self.attn_implementation, self.device = dtype, attn_implementation, device
         self.prefix_template, self.suffix_template = split_template(template)
         self.resolved = resolve(name, "transformers", revision)
+        revision = self.resolved.identity.get("revision", revision)  # the commit the key names
         self.tokenizer = AutoTokenizer.from_pretrained(self.resolved.load_path, revision=revision)
         if self.tokenizer.pad_token is None:  # any id works under the mask
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -228,8 +229,40 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
         )
     if local.exists():
         return ResolvedModel(name, str(local), library, _local_identity(local))
-    # A hub id: the library downloads (or finds in the HF cache) the pinned revision.
-    return ResolvedModel(name, name, library, {"name": name, "revision": revision or "main"})
+    # A hub id: keyed by the commit the revision resolves to, so that a moving branch ("main") never reuses the
+    # features of older weights; the commit is recorded with the features (the store's spec.json).
+    return ResolvedModel(name, name, library, {"name": name, "revision": hub_commit(name, revision) or revision or "main"})
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def hub_commit(name: str, revision: str | None = None) -> str | None:
+    """The commit hash that ``revision`` (default ``main``) of hub model ``name`` names: the revision itself when it is
+    a full hash; else the local Hugging Face cache's snapshot for it (what ``from_pretrained`` will load with the hub
+    off); else, with the hub reachable, the hub's answer. ``None`` when none of these knows (an offline machine
+    without the model: loading fails there anyway, with its own message)."""
+    revision = revision or "main"
+    if _COMMIT.fullmatch(revision):
+        return revision
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        for filename in ("config.json", "preprocessor_config.json", "tokenizer_config.json"):
+            found = try_to_load_from_cache(name, filename, revision=revision)
+            if isinstance(found, str):
+                commit = Path(found).parent.name
+                if _COMMIT.fullmatch(commit):
+                    return commit
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            return None
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(name, revision=revision).sha
+    except Exception:  # noqa: BLE001  (no answer is not an error here; the loader reports real failures)
+        return None
 
 
 def _local_identity(local: Path) -> dict:
