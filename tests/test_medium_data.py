@@ -208,3 +208,23 @@ def test_medium_corpus_shapes_and_stable_sources(medium):
     assert len(german) > 200 and german.source["locale"] == "de" and all(german.captions)
     photos = medium.tuxpaint_labelled("photo", "unseen")
     assert len(photos) > 20 and all(medium.load_splits()["concepts"][c] == "unseen" for c in photos.classnames)
+
+
+def test_sharelock_medium_config_builds_a_disjoint_benchmark_and_one_plan(medium):
+    """`-p config medium` of the ShareLock chapter: the validated config, the benchmark lib.data.benchmarks builds
+    for `corpus: medium`, and one feature plan without name clashes (nothing is computed here)."""
+    from lib.chapters import sharelock
+
+    cfg = sharelock.load_config("medium")
+    assert cfg.data.corpus == "medium" and len(cfg.text) == 6
+    assert {t.pooling for t in cfg.text} == {"last_token", "mean"}  # decoders and encoders on one ladder
+    bench = sharelock.benchmark(cfg)
+    unseen, photos, seen = bench.zero_shot[:3]
+    assert unseen.name == "medium-concepts-unseen" and len(unseen.classnames) > 1000  # a many-class headline test
+    assert not set(bench.train.concepts) & set(unseen.classnames)
+    assert not set(bench.val.concepts) & set(unseen.classnames) and not set(bench.train.concepts) & set(bench.val.concepts)
+    assert photos.name == "tuxpaint-photo-unseen" and set(photos.classnames) <= set(unseen.classnames) | set(photos.classnames)
+    assert len(seen.classnames) == len(unseen.classnames) and set(seen.classnames) <= set(bench.train.concepts)
+    assert bench.retrieval.ids == unseen.ids  # retrieval among the very images of the headline test
+    names = [request.name for request in sharelock.feature_plan(cfg, bench)]
+    assert len(names) == len(set(names)) and any("qwen2.5-coder-0.5b" in n for n in names)

@@ -25,7 +25,7 @@ from lib.core.evaluate import zero_shot
 from lib.core.results import Claim, Runs, versus
 from lib.core.sequences import SequenceFeatures
 from lib.core.train import fit, seed_everything
-from lib.data import datasets
+from lib.data import benchmarks
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, collect_codes, embed_sequences,
                              token_code_scores, weight_encoder)
@@ -149,7 +149,7 @@ def load_config(name: str = "small", overrides: dict | None = None) -> Config:
 
 def benchmark(cfg: Config) -> Benchmark:
     """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
-    return datasets.build_benchmark(cfg.data)
+    return benchmarks.build(cfg.data)
 
 
 def zero_shot_sets(cfg: Config, bench: Benchmark) -> list:

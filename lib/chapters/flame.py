@@ -27,7 +27,7 @@ from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.facets import FLAME_TEMPLATE, FacetConfig, decoupled_inputs
 from lib.core.results import Claim, Runs
 from lib.core.train import fit, seed_everything
-from lib.data import datasets, emoji
+from lib.data import benchmarks, datasets, emoji
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.flame import OFFICIAL_TEMPLATE, SHORT_TEXT_FACET, Flame, official_caption
 from lib.methods.sharelock import ShareLock
@@ -111,7 +111,7 @@ def benchmark(cfg: Config) -> Benchmark:
     """The whole splits (emoji: so the image features are the ShareLock chapter's store entries; the chapter
     then uses the first :func:`sizes` rows), or the manifest's pairs with ``data.limit`` training rows."""
     data = cfg.data if cfg.data.corpus == "pairs" else dataclasses.replace(cfg.data, limit=None)
-    return datasets.build_benchmark(data)
+    return benchmarks.build(data)
 
 
 def sizes(cfg: Config, bench: Benchmark) -> dict[str, int]:

@@ -21,7 +21,7 @@ from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.results import Claim, Runs, compare, versus
 from lib.core.train import fit, seed_everything
-from lib.data import datasets
+from lib.data import benchmarks, datasets
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.sharelock import ShareLock
 
@@ -57,7 +57,7 @@ def load_config(name: str = "small", overrides: dict | None = None) -> Config:
 
 def benchmark(cfg: Config) -> Benchmark:
     """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
-    return datasets.build_benchmark(cfg.data)
+    return benchmarks.build(cfg.data)
 
 
 def short(name: str) -> str:

@@ -25,13 +25,13 @@ from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelC
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Claim, Runs, versus
 from lib.core.train import fit, seed_everything
-from lib.data import datasets
+from lib.data import benchmarks, datasets
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig, ThreeTowers
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "training_pairs", "feature_plan", "Inputs", "inputs",
-           "build", "evaluate", "train_and_evaluate", "alpha_sweep", "METRICS", "claims", "findings",
+           "build", "evaluate", "train_and_evaluate", "alpha_sweep", "claims", "findings",
            "group_accuracy", "diagram", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "chance", "chance_checks", "shown_metrics", "test_sets", "COVERED", "NOT_COVERED"]
 
 NAME = "three_towers"
@@ -90,7 +90,7 @@ def load_config(name: str = "small", overrides: dict | None = None) -> Config:
 
 def benchmark(cfg: Config) -> Benchmark:
     """Training, validation and retrieval pairs and the zero-shot sets (``lib.data.datasets``)."""
-    return datasets.build_benchmark(cfg.data)
+    return benchmarks.build(cfg.data)
 
 
 def training_pairs(cfg: Config, bench: Benchmark) -> list:

@@ -26,7 +26,7 @@ class DataConfig:
     """What a chapter trains and tests on (validated by ``lib.core.config``): the emoji corpus or image-caption
     ``pairs`` of a manifest, caption and prompt styles, extra zero-shot sets, and size limits."""
 
-    corpus: Literal["emoji", "pairs"]
+    corpus: Literal["emoji", "pairs", "medium"]  # medium: lib.data.medium's pooled corpus (lib.data.benchmarks)
     captions: Literal["label", "label_tags", "long"] = "label_tags"
     prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
     train_style: Literal["google", "twitter"] = "google"

@@ -45,7 +45,7 @@ from functools import lru_cache
 from lib.core.atomic import write_json
 from lib.core.paths import REPO_ROOT
 from lib.data import emoji, manifests, openclipart, svg, tuxpaint, vector_icons
-from lib.data.datasets import Labelled, Pairs
+from lib.data.datasets import Benchmark, Labelled, Pairs
 from lib.data.templates import EMOJI_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
 
 NAME = "medium"
@@ -206,11 +206,18 @@ def pairs(split: str, level: str = "concepts", captions: str = "label_tags", sou
 
 
 def labelled(split: str, level: str = "concepts", sources=TRAIN_SOURCES, styles=None, prompts: str = "sentences",
-             limit: int | None = None) -> Labelled:
-    """Zero-shot classification among the concepts of one split (class = concept name)."""
-    rows = split_rows(split, level, sources, styles)[:limit]
-    return _labelled(f"medium-{level}-{split}", rows, NAME_ONLY if prompts == "name" else EMOJI_TEMPLATES,
-                     {"split": split, "level": level, "sources": sorted(sources), "styles": sorted(styles) if styles else "all"})
+             limit: int | None = None, max_classes: int | None = None) -> Labelled:
+    """Zero-shot classification among the concepts of one split (class = concept name); ``max_classes`` keeps the
+    first N concepts (in corpus order) with all their images, e.g. a seen-concept ceiling as wide as the unseen test."""
+    rows = split_rows(split, level, sources, styles)
+    if max_classes is not None:
+        kept = set(list(dict.fromkeys(r["concept"] for r in rows))[:max_classes])
+        rows = [r for r in rows if r["concept"] in kept]
+    rows = rows[:limit]
+    name = f"medium-{level}-{split}" + (f"-{max_classes}-classes" if max_classes is not None else "")
+    return _labelled(name, rows, NAME_ONLY if prompts == "name" else EMOJI_TEMPLATES,
+                     {"split": split, "level": level, "sources": sorted(sources), "styles": sorted(styles) if styles else "all",
+                      **({"max_classes": max_classes} if max_classes is not None else {})})
 
 
 def tuxpaint_pairs(locale: str = "en", subset: str = "all", split: str | None = None) -> Pairs:
@@ -233,6 +240,28 @@ def tuxpaint_labelled(subset: str = "photo", split: str | None = "unseen", promp
         rows = [r for r in rows if load_splits()["concepts"][r["concept"]] == split]
     return _labelled(f"tuxpaint-{subset}-{split or 'all'}", rows, NAME_ONLY if prompts == "name" else PHOTO_TEMPLATES,
                      {"split": split or "all", "subset": subset})
+
+
+def benchmark(data) -> Benchmark:
+    """The ``medium`` config's benchmark (``data.corpus: medium``): training, validation and unseen pairs split by
+    concept families over the four training sources; zero-shot on the unseen concepts (the headline set), on Tux
+    Paint's photo-like stamps of unseen concepts (drawings to photo-like cut-outs), on a seen-concept ceiling with as
+    many classes as the unseen test, then ``data.zero_shot``'s extra sets (e.g. Fashion-MNIST)."""
+    from lib.data.datasets import fashion_mnist_labelled
+
+    unseen = labelled("unseen", prompts=data.prompts)
+    extra = [fashion_mnist_labelled(data.zero_shot_per_class, data.prompts) for name in data.zero_shot
+             if name == "fashion-mnist"]
+    unknown = [name for name in data.zero_shot if name != "fashion-mnist"]
+    if unknown:
+        raise ValueError(f"data.zero_shot: {unknown} cannot be added to the medium corpus (only fashion-mnist can)")
+    return Benchmark(
+        train=pairs("train", captions=data.captions, limit=data.limit),
+        val=pairs("val", captions=data.captions),
+        retrieval=pairs("unseen", captions=data.captions),
+        zero_shot=(unseen, tuxpaint_labelled("photo", "unseen", prompts=data.prompts),
+                   labelled("train", prompts=data.prompts, max_classes=len(unseen.classnames)), *extra),
+    )
 
 
 def summary() -> dict:
