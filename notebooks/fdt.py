@@ -19,9 +19,9 @@
 # <!-- launch -->
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
-# - **GPU:** one 40–80 GB GPU (a 16,384-code codebook on DINOv2-B patch and MPNet token features)
-# - **time:** not measured here; 20k steps at batch 4,096 on cached patch and token features (the paper trains its encoders on 15M pairs)
-# - **data:** CC3M-LLaVA pairs (100k) and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+# - **GPU:** the feature pass needs about 1.7 GiB; training holds the 100k training pairs' patch and word-token features resident (the config's data.limit), about 40 GB, beside a 16,384 × 512 codebook (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** about 0.02 GPU-hours of features (9.2e15 FLOPs: DINOv2-B patch tokens of 160k images, MPNet word states of 110k captions), at an assumed 120 TFLOP/s of bf16; computed, not measured; the 20k training steps at batch 4,096 are not in the cost model yet (the paper trains its encoders on 15M pairs)
+# - **data:** CC3M-LLaVA pairs (the first 100k) and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the patch and token features take about 77 GB in the store
 #
 # ```bash
 # papermill notebooks/fdt.ipynb out.ipynb -p config full

@@ -19,9 +19,9 @@
 # <!-- launch -->
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
-# - **GPU:** one 48–80 GB GPU for the frozen Mistral-Nemo (12B, fp16) facet embeddings, computed once; the heads then train on cached features
-# - **time:** not measured here; dominated by one LLM pass per caption for all K facets (facet-decoupled attention)
-# - **data:** CC3M re-captioned by MiniCPM-Llama3-V 2.5 (the paper's data) and ImageNet-1k val (`data_manifests/flame-recap-cc3m.yaml`, `imagenet-1k.yaml`)
+# - **GPU:** the feature pass peaks at about 25 GiB (Mistral-Nemo's 12B parameters in fp16 plus activations) with 22 GiB of host memory; training as configured fits no single GPU: lib.core.train.fit holds the training features resident, and 2.9M re-captions × 7 facets × 5,120 dimensions are 208 GB in fp16 (416 GB in fp32), so set data.limit (200k pairs: about 29 GB in fp32) until training streams from the store (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** about 106 GPU-hours of features (4.6e19 FLOPs: Mistral-Nemo over 2.9M re-captions at up to 256 caption tokens plus the 7 facet prompts, and again for the last-token baseline; DINOv2-B over 3.0M images), at an assumed 120 TFLOP/s of bf16; computed, not measured; the heads' training is not in the cost model yet
+# - **data:** CC3M re-captioned by MiniCPM-Llama3-V 2.5 (the paper's data) and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/flame-recap-cc3m.yaml`, `imagenet-1k.yaml`); the features take about 244 GB in the store
 #
 # ```bash
 # papermill notebooks/flame.ipynb out.ipynb -p config full

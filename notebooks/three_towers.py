@@ -19,9 +19,9 @@
 # <!-- launch -->
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
-# - **GPU:** one 40–80 GB GPU (ViT-B/16 image tower and a 12-layer text tower trained from scratch; DINOv2-L third tower precomputed)
-# - **time:** not measured here; 20k steps at batch 4,096 on pixels and tokens (the paper trains on JFT/WebLI for TPU-weeks)
-# - **data:** CC3M-LLaVA pairs and ImageNet-1k val (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
+# - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains on JFT/WebLI for TPU-weeks)
+# - **data:** CC3M-LLaVA pairs and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the third tower's features take about 1.3 GB in the store
 #
 # ```bash
 # papermill notebooks/three_towers.ipynb out.ipynb -p config full

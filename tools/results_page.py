@@ -150,7 +150,7 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
             f"## {info['title']}",
             "",
             f"Paper: {{cite:t}}`{info['cite']}`. Chapter: [{info['title']}](../notebooks/{chapter}.ipynb) ({run}).",
-            f"A full-config run needs {full['gpu']}; data: {full['data']}.",
+            f"What a full-config run needs. **GPU:** {full['gpu'].rstrip('.')}. **Data:** {full['data'].rstrip('.')}.",
             "",
         ]
         claims = claim_rows(metrics)
