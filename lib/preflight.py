@@ -230,8 +230,9 @@ def _estimate(report: Report, plan, infos: dict) -> None:
         stored *= int(round(tokens)) if request.kind.endswith("tokens") else 1
         nbytes = stored * (info.get("width") or 0) * (2 if request.dtype == "float16" else 4)
         flops = 2.0 * info.get("active_params", 0) * tokens * rows
-        report.entries.append({"name": request.name, "model": request.model.name, "rows": rows,
-                               "tokens_per_item": round(tokens, 1), "flops": flops, "store_bytes": nbytes})
+        report.entries.append({"name": request.name, "model": request.model.name, "rows": rows, "kind": request.kind,
+                               "tokens_per_item": round(tokens, 1), "flops": flops, "store_bytes": nbytes,
+                               "resident_bytes": stored * (info.get("width") or 0) * 4})  # read back as float32
         report.store_bytes += nbytes
         report.flops += flops
         batch = getattr(request.model, "batch_size", 64)
@@ -278,15 +279,17 @@ def _training(report: Report, cfg, plan) -> None:
     if train is None:
         return
     widths = {"text": 0, "image": 0}
+    resident = {"text": 0, "image": 0}  # the largest set of each side: the training set (K facets, or every token)
     rows = 0
-    for r in plan:
+    for r, entry in zip(plan, report.entries):
         side = "image" if r.kind.startswith("image") else "text"
         widths[side] = max(widths[side], report.models.get(r.model.name, {}).get("width", 0))
+        resident[side] = max(resident[side], entry["resident_bytes"])
         rows = max(rows, len(r)) if side == "image" else rows
     batch = min(train.micro_batch_size or train.batch_size, max(rows, 1))
     head = getattr(cfg, "head", None)
     hidden, layers = getattr(head, "hidden_dim", 0) or 0, getattr(head, "num_layers", 0) or 0
-    report.train = {"rows": rows, "resident_bytes": rows * (widths["text"] + widths["image"]) * 4,
+    report.train = {"rows": rows, "resident_bytes": resident["text"] + resident["image"],
                     "logits_bytes": 6 * batch * batch * 4, "head_activation_bytes": 4 * batch * hidden * layers * 4,
                     "steps": train.steps, "batch_size": train.batch_size, "runs": _runs(report.chapter, cfg)}
     if hidden and report.train["runs"]:
@@ -323,6 +326,13 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
         report.problems.append(f"device {device}: the largest model needs about {report.gpu_bytes / 2**30:.1f} GiB "
                                f"(weights + activations at its batch size), {free_gpu / 2**30:.1f} GiB are free: "
                                "lower its batch_size or use a larger GPU")
+    t = report.train
+    if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu:
+        fits = int(t["rows"] * max(0.9 * free_gpu - t["logits_bytes"], 0) / max(t["resident_bytes"], 1))
+        report.problems.append(f"device {device}: training keeps its features resident, about "
+                               f"{t['resident_bytes'] / 2**30:.0f} GiB for {t['rows']:,} rows (plus "
+                               f"{t['logits_bytes'] / 2**30:.1f} GiB of logits), {free_gpu / 2**30:.0f} GiB are free: set "
+                               f"data.limit to about {fits:,} or fewer training pairs, or use a larger GPU")
     available = psutil.virtual_memory().available
     if report.host_bytes > available:
         report.problems.append(f"host memory: loading the largest checkpoint takes about {report.host_bytes / 2**30:.1f} "
