@@ -65,7 +65,8 @@ def short(name: str) -> str:
     return name.split("/")[-1]
 
 
-_SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST"}
+_SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST",
+               "medium-concepts-unseen": "unseen", "medium-concepts-train": "seen", "tuxpaint-photo": "Tux Paint photos"}
 
 
 def metric_labels(bench: Benchmark) -> dict[str, str]:

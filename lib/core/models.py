@@ -201,6 +201,12 @@ def ensure_offline_model(name: str) -> tuple[Path, dict]:
     return folder, facts
 
 
+def is_hub_id(name: str) -> bool:
+    """``owner/name`` of the Hugging Face hub: not an offline model, not a local path (see :func:`resolve`)."""
+    return (bool(name) and not name.startswith(OFFLINE_PREFIX) and not name.startswith(("/", "./", "../", "~"))
+            and name.count("/") == 1 and not Path(name).expanduser().exists())
+
+
 def resolve(name: str, library: str, revision: str | None = None) -> ResolvedModel:
     """Turn a model name from a config into something ``transformers`` / ``timm`` can load.
 
