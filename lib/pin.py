@@ -61,8 +61,12 @@ def pin_text(text: str, section: str, commits: dict[str, str]) -> str:
     flow mapping (``{name: x, ...}``) before its closing brace, or as the next line of a block mapping."""
     lines = text.splitlines(keepends=True)
     start, end = _section_span(lines, section)
-    out = lines[:start + 1]
+    out, inserted = lines[:start + 1], False
     for line in lines[start + 1:end]:
+        if inserted and re.match(r"\s*revision: ", line):
+            inserted = False
+            continue  # the revision pinned before, below the name: replaced by the one just written
+        inserted = False
         for name, commit in commits.items():
             match = re.search(rf"name: {re.escape(name)}(?=[,}}\s]|$)", line)
             if not match:
@@ -76,11 +80,8 @@ def pin_text(text: str, section: str, commits: dict[str, str]) -> str:
                 indent = re.match(r"(\s*)(- )?", line)
                 width = len(indent.group(1)) + (2 if indent.group(2) else 0)
                 out.append(line)
-                line = f"{' ' * width}revision: {commit}\n"
+                line, inserted = f"{' ' * width}revision: {commit}\n", True
             break
-        if re.match(r"\s*revision: ", line) and out and re.match(r"\s*revision: ", out[-1]):
-            out[-1] = line  # a revision already pinned below the name: replaced
-            continue
         out.append(line)
     return "".join(out + lines[end:])
 

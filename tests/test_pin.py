@@ -47,6 +47,15 @@ def test_every_hub_model_of_the_full_config_is_pinned_and_nothing_else_changes(c
                 if not line.strip().startswith("revision:")]
     assert unpinned == source.read_text().splitlines()  # comments and layout kept: only the revisions were added
     assert pin.main(["--chapter", chapter, "--file", str(copy)]) == 0 and copy.read_text() == text  # idempotent
+    newer = "d" * 40  # revisions naming a branch that has moved: pinning replaces each, flow or block style
+    copy.write_text(text.replace(COMMIT, "main"))
+    for folder in (tmp_path / "hf").iterdir():
+        (folder / "refs" / "main").write_text(newer)
+        (folder / "snapshots" / COMMIT).rename(folder / "snapshots" / newer)
+    assert pin.main(["--chapter", chapter, "--file", str(copy)]) == 0
+    repinned = configs.build(module.Config, yaml.safe_load(copy.read_text())["full"], where="full")
+    assert {m.name: m.revision for m in pin.hub_models(repinned)} == dict.fromkeys(names, newer)
+    assert copy.read_text() == text.replace(COMMIT, newer)
 
 
 def test_an_unknown_commit_writes_nothing_and_names_the_model(tmp_path, monkeypatch, capsys):
