@@ -271,7 +271,7 @@ def _runs(chapter: str, cfg) -> int | None:
     return None
 
 
-def _training(report: Report, cfg, plan) -> None:
+def _training(report: Report, cfg) -> None:
     """The training's resident features and logits (``lib.core.train.fit`` keeps the training tensors on the device in
     float32; a CLIP loss builds B x B logits for both directions, with their gradients) and, for a ShareLock-style head,
     its FLOPs: :func:`train_step_flops` x steps x runs (early stopping can only shorten it)."""
@@ -281,11 +281,11 @@ def _training(report: Report, cfg, plan) -> None:
     widths = {"text": 0, "image": 0}
     resident = {"text": 0, "image": 0}  # the largest set of each side: the training set (K facets, or every token)
     rows = 0
-    for r, entry in zip(plan, report.entries):
-        side = "image" if r.kind.startswith("image") else "text"
-        widths[side] = max(widths[side], report.models.get(r.model.name, {}).get("width", 0))
+    for entry in report.entries:
+        side = "image" if entry["kind"].startswith("image") else "text"
+        widths[side] = max(widths[side], report.models.get(entry["model"], {}).get("width", 0))
         resident[side] = max(resident[side], entry["resident_bytes"])
-        rows = max(rows, len(r)) if side == "image" else rows
+        rows = max(rows, entry["rows"]) if side == "image" else rows
     batch = min(train.micro_batch_size or train.batch_size, max(rows, 1))
     head = getattr(cfg, "head", None)
     hidden, layers = getattr(head, "hidden_dim", 0) or 0, getattr(head, "num_layers", 0) or 0
@@ -400,7 +400,7 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
     if plan is None:
         return report
     _estimate(report, plan, report.models)
-    _training(report, cfg, plan)
+    _training(report, cfg)
     _check_space(report, store_root, free_gpu, device)
     for info in report.models.values():
         info.pop("tokenizer", None)

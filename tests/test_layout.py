@@ -137,10 +137,14 @@ def tracked_text_files() -> list[Path]:
     return out
 
 
-def test_no_tracked_file_names_the_design_notes():
-    offenders = [str(p.relative_to(ROOT)) for p in tracked_text_files()
-                 if "DESIGN.md" in p.read_text(encoding="utf-8", errors="replace") and p.name != "test_layout.py"]
-    assert not offenders, f"these files cite DESIGN.md, which is not in the repository: {offenders}"
+def test_every_capitalised_markdown_file_a_file_names_is_in_the_repository():
+    """README.md-style names (design notes, contributing guides) must be files a reader of the repository has."""
+    have = {Path(name).name for name in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                                       check=True).stdout.split()}
+    offenders = sorted({f"{p.relative_to(ROOT)}: {m}" for p in tracked_text_files()
+                        for m in re.findall(r"\b[A-Z][A-Z_-]+\.md\b", p.read_text(encoding="utf-8", errors="replace"))
+                        if m not in have})
+    assert not offenders, f"these files cite markdown files that are not in the repository: {offenders}"
 
 
 def test_every_repository_path_a_file_names_exists():

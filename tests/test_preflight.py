@@ -146,26 +146,18 @@ def test_the_datasets_and_tokenizers_a_config_names():
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # conftest: no test reaches the hub
 
 
-class _Request:
-    def __init__(self, name, kind, model, rows):
-        self.name, self.kind, self.model, self.rows = name, kind, type("M", (), {"name": model})(), rows
-
-    def __len__(self):
-        return self.rows
-
-
 def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_the_gpu(tmp_path):
     """FLAME's full config keeps 2.9M captions x 7 facets x 5,120 floats resident while training: the pre-flight says so
     before any feature is computed, with the data.limit that fits."""
     from types import SimpleNamespace
 
     report = preflight.Report("flame", "full", models={"llm": {"width": 5120}, "vision": {"width": 768}})
-    plan = [_Request("image:train", "image", "vision", 1000), _Request("facets:train", "facets", "llm", 1000),
-            _Request("facets:zero-shot", "facets", "llm", 80)]
-    report.entries = [{"resident_bytes": 1000 * 768 * 4}, {"resident_bytes": 1000 * 7 * 5120 * 4},
-                      {"resident_bytes": 80 * 7 * 5120 * 4}]
+    report.entries = [  # as _estimate writes them, one per plan entry
+        {"kind": "image", "model": "vision", "rows": 1000, "resident_bytes": 1000 * 768 * 4},
+        {"kind": "facets", "model": "llm", "rows": 1000, "resident_bytes": 1000 * 7 * 5120 * 4},
+        {"kind": "facets", "model": "llm", "rows": 80, "resident_bytes": 80 * 7 * 5120 * 4}]
     cfg = SimpleNamespace(train=SimpleNamespace(micro_batch_size=None, batch_size=256, steps=10), head=None)
-    preflight._training(report, cfg, plan)
+    preflight._training(report, cfg)
     assert report.train["resident_bytes"] == 1000 * (7 * 5120 + 768) * 4  # the largest set of each side, every facet
     report.train.update(rows=1000, resident_bytes=100 * 2**30, logits_bytes=2**30)
     preflight._check_space(report, str(tmp_path / "store"), 80 * 2**30, "cuda:0")

@@ -256,7 +256,7 @@ def head_comparison(runs: Runs, metric: str, cfg: Config):
 def _layer_lines(head: torch.nn.Module) -> list[str]:
     """One line per block of the text head, read from its modules (so the drawing cannot drift from the code)."""
     lines, block = [], []
-    for module in getattr(head, "net", [head.proj] if hasattr(head, "proj") else list(head.children())):
+    for module in (m for m in head.modules() if not any(m.children())):  # the layers, in order
         kind = type(module).__name__
         if isinstance(module, torch.nn.Linear):
             if block:

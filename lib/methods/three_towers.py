@@ -27,7 +27,6 @@ See notebooks/three_towers.py, sections "The three towers" and "The loss, equati
 from __future__ import annotations
 
 import copy
-from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -109,8 +108,7 @@ class CompactVocabulary:
         small tower (the captions are tokenised once and are not kept here)."""
         key = (context, tuple(texts))
         if key not in self._padded:
-            encoded = self(list(texts), padding="max_length", truncation=True, max_length=context, return_tensors="pt")
-            self._padded[key] = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+            self._padded[key] = tokenize(self, texts, context)
         return self._padded[key]
 
     @property
@@ -332,8 +330,8 @@ def zero_shot(method: ThreeTowers, images: dict[str, torch.Tensor | None], label
     method.eval()
 
     def encode_text(texts: list[str]) -> torch.Tensor:
-        padded = tokenizer.padded if isinstance(tokenizer, CompactVocabulary) else partial(tokenize, tokenizer)
-        tokens = padded(texts, context)
+        tokens = tokenizer.padded(texts, context) if isinstance(tokenizer, CompactVocabulary) \
+            else tokenize(tokenizer, texts, context)
         return embed_in_batches(method.embed_text, tokens["input_ids"], tokens["attention_mask"])
 
     classifier = zero_shot_classifier(encode_text, labelled.classnames, labelled.templates)
