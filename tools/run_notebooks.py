@@ -1,8 +1,16 @@
-"""Run every chapter of the book in the small config (the first half of ``make book``).
+"""Run every chapter of the book in the config the book shows (the first half of ``make book``).
 
 Each notebook's ``.py`` (jupytext py:percent) is the source: it is synced into the ``.ipynb``, which
 papermill then executes in place from the repository root, so the book renders the outputs this
-run produced. A notebook whose source, configs and ``lib`` are unchanged since its last successful
+run produced. ``book/configs.yaml`` names the config each chapter is shown in (``medium`` once a
+chapter has one, else ``small``); papermill's injected-parameters cell is removed again from the
+executed notebook, so that the ``.ipynb`` keeps the cells of its ``.py`` (jupytext would otherwise copy
+the injected cell into the source) and nbval, which runs the committed notebooks in CI, runs them in
+their default, ``small``. The config a page shows is recorded in its metadata (``book.config``) and
+printed by its configuration cell. A chapter shown in ``medium`` first installs the medium data and
+models (``tools/setup.sh`` step ``medium``; under a second when they are there).
+
+A notebook whose source, configs, ``lib`` and shown config are unchanged since its last successful
 run is skipped (the fingerprint is kept in the notebook's metadata); ``--force`` reruns everything.
 Features are cached in the store either way, so a rerun retrains heads but recomputes no feature.
 
@@ -15,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +37,22 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "frozen-lip"
+SHOWN = ROOT / "book" / "configs.yaml"
+CONFIGS = ("small", "medium", "full")
+
+
+def shown_configs() -> dict[str, str]:
+    """Chapter name -> the config its committed outputs show (``book/configs.yaml``), checked."""
+    try:
+        shown = yaml.safe_load(SHOWN.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise SystemExit(f"{SHOWN.relative_to(ROOT)} is missing: it names the config each chapter is shown in "
+                         "(e.g. `sharelock: medium`); restore it from git") from None
+    names = {source.stem for source in chapters()}
+    if not isinstance(shown, dict) or set(shown) != names or not set(shown.values()) <= set(CONFIGS[:2]):
+        raise SystemExit(f"{SHOWN.relative_to(ROOT)} must map every chapter ({', '.join(sorted(names))}) to "
+                         f"`small` or `medium`; it reads {shown!r}")
+    return shown
 
 
 def toc_files() -> list[str]:
@@ -53,8 +79,8 @@ def chapters() -> list[Path]:
     return [ROOT / f"{file}.py" for file in toc_files() if file.startswith("notebooks/")]
 
 
-def fingerprint(source: Path) -> str:
-    digest = hashlib.sha256()
+def fingerprint(source: Path, config: str = "small") -> str:
+    digest = hashlib.sha256(f"config={config}\n".encode())
     inputs = [source, *sorted((ROOT / "notebooks" / "configs").glob("*.yaml")), *sorted((ROOT / "lib").rglob("*.py"))]
     for path in inputs:
         digest.update(str(path.relative_to(ROOT)).encode())
@@ -62,14 +88,27 @@ def fingerprint(source: Path) -> str:
     return digest.hexdigest()
 
 
-def run(source: Path, force: bool) -> None:
+def ensure_medium_setup() -> None:
+    """The medium config's data and models (``make setup-medium``), installed once; idempotent."""
+    subprocess.run(["bash", "tools/setup.sh"], cwd=ROOT, check=True, env={**os.environ, "SETUP_STEPS": "medium"})
+
+
+def without_injected_parameters(notebook):
+    """The executed notebook minus papermill's injected-parameters cell (see the module docstring)."""
+    notebook.cells = [c for c in notebook.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    return notebook
+
+
+def run(source: Path, force: bool, config: str = "small") -> None:
     notebook_path = source.with_suffix(".ipynb")
-    stamp = fingerprint(source)
+    stamp = fingerprint(source, config)
     if notebook_path.exists() and not force:
         existing = nbformat.read(notebook_path, as_version=4)
         if existing.metadata.get("book", {}).get("fingerprint") == stamp:
             print(f"{source.stem}: unchanged since its last run, skipped (use --force to rerun)")
             return
+    if config == "medium":
+        ensure_medium_setup()
     notebook = jupytext.read(source)
     notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (frozen-lip)", "language": "python"}
     partial = notebook_path.with_name(f".{notebook_path.stem}.running.ipynb")
@@ -77,17 +116,18 @@ def run(source: Path, force: bool) -> None:
     start = time.time()
     try:
         papermill.execute_notebook(
-            str(partial), str(partial), kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False, log_output=False
+            str(partial), str(partial), kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False, log_output=False,
+            parameters={"config": config},
         )
     except BaseException:
         print(f"{source.stem}: FAILED; the executed notebook with the error is {partial}", file=sys.stderr)
         raise
-    executed = nbformat.read(partial, as_version=4)
+    executed = without_injected_parameters(nbformat.read(partial, as_version=4))
     executed.metadata.pop("papermill", None)
     for cell in executed.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
-    executed.metadata["book"] = {"fingerprint": stamp}
+    executed.metadata["book"] = {"fingerprint": stamp, "config": config}
     metrics = ROOT / "runs" / source.stem / "metrics.json"
     if not metrics.is_file() or metrics.stat().st_mtime < start:
         raise RuntimeError(f"{source.stem}: the run wrote no fresh {metrics}; its results cell must write metrics.json")
@@ -97,7 +137,7 @@ def run(source: Path, force: bool) -> None:
     shutil.copyfile(metrics, copy.with_name(f".{copy.name}.tmp"))
     copy.with_name(f".{copy.name}.tmp").replace(copy)  # atomic
     partial.unlink()
-    print(f"{source.stem}: executed in {time.time() - start:.0f} s")
+    print(f"{source.stem}: executed in the {config} config in {time.time() - start:.0f} s")
 
 
 def main() -> None:
@@ -105,9 +145,10 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="rerun notebooks even if unchanged")
     parser.add_argument("names", nargs="*", help="only these chapters (e.g. sharelock)")
     args = parser.parse_args()
+    shown = shown_configs()
     for source in chapters():
         if not args.names or source.stem in args.names:
-            run(source, args.force)
+            run(source, args.force, shown[source.stem])
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from lib.data import benchmarks, datasets
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.sharelock import ShareLock
 
-__all__ = ["NAME", "Config", "load_config", "benchmark", "feature_plan", "ChapterFeatures", "train_and_evaluate",
-           "prompt_sets", "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label",
-           "method_diagram"]
+__all__ = ["NAME", "Config", "load_config", "benchmark", "feature_plan", "ChapterFeatures", "grid",
+           "train_and_evaluate", "training_subset", "data_size_curve", "curve_frame", "stuck_runs", "held_out_groups", "prompt_sets",
+           "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label", "method_diagram"]
 
 NAME = "sharelock"
 
@@ -48,6 +48,12 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
+    curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares of the training pairs
+
+    def __post_init__(self) -> None:
+        if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):
+            raise ValueError(f"curve_fractions must be shares of the training pairs in (0, 1], e.g. [0.25, 1.0]; "
+                             f"got {list(self.curve_fractions)}")
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
@@ -141,6 +147,29 @@ class ChapterFeatures:
         return self._tensor(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}")
 
 
+def grid(cfg: Config) -> list[tuple[TextModelConfig, VisionModelConfig, str]]:
+    """The (text, vision, head) settings the chapter trains, main pair first: every text model with the main
+    vision model and every other vision model with the main text model, each with the MLP and the linear head.
+
+    Not the full product: the text ladder is the chapter's question, the vision models a side comparison, and
+    each extra pair costs a feature pass and three seeds of training (notebooks/sharelock.py, "Zero-shot
+    evaluation")."""
+    pairs = [(t, cfg.vision[0]) for t in cfg.text] + [(cfg.text[0], v) for v in cfg.vision[1:]]
+    return [(t, v, kind) for t, v in pairs for kind in ("mlp", "linear")]
+
+
+def training_subset(rows: int, size: int | None) -> torch.Tensor | None:
+    """The first ``size`` of a fixed permutation of the ``rows`` training pairs (None: all of them).
+
+    The permutation does not depend on the training seed, so the subsets of the data-size curve are nested
+    (each smaller set is part of every larger one) and the seeds vary only the training itself."""
+    if size is None or size >= rows:
+        return None
+    if size < 2:
+        raise ValueError(f"a training subset needs at least 2 pairs, got {size}")
+    return torch.randperm(rows, generator=torch.Generator().manual_seed(20240917))[:size]
+
+
 def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModelConfig, vision: VisionModelConfig,
           kind: str = "mlp") -> ShareLock:
     """A fresh ShareLock (``kind="mlp"``) or linear (``"linear"``) head for this pair of models."""
@@ -151,24 +180,29 @@ def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModel
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig,
                        vision: VisionModelConfig, kind: str = "mlp", seed: int = 0, *,
-                       shuffle_captions: bool = False) -> tuple[dict, object, ShareLock]:
+                       shuffle_captions: bool = False, train_pairs: int | None = None) -> tuple[dict, object, ShareLock]:
     """Train one head on the training pairs (early stopping on the validation concepts), then evaluate it
     zero-shot on every labelled set and by retrieval on the unseen pairs.
 
     ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
-    everything else kept). Returns the run's row (for :class:`lib.core.results.Runs`), the
+    everything else kept). ``train_pairs``: train on that many pairs only (:func:`training_subset`; the
+    data-size curve). Returns the run's row (for :class:`lib.core.results.Runs`), the
     :class:`~lib.core.train.TrainResult` and the trained method.
     """
     seed_everything(seed)
     method = build(cfg, feats, bench, text, vision, kind)
-    text_train = feats.captions(text, bench.train)
+    text_train, image_train = feats.captions(text, bench.train), feats.image(vision, bench.train)
+    subset = training_subset(len(text_train), train_pairs)
+    if subset is not None:
+        text_train, image_train = text_train[subset], image_train[subset]
     if shuffle_captions:
         text_train = text_train[torch.randperm(len(text_train), generator=torch.Generator().manual_seed(seed))]
-    result = fit(method, {"image": feats.image(vision, bench.train), "text": text_train},
+    result = fit(method, {"image": image_train, "text": text_train},
                  {"image": feats.image(vision, bench.val), "text": feats.captions(text, bench.val)},
                  cfg.train, seed=seed, device=cfg.device)
     row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
-           "control": "shuffled captions" if shuffle_captions else "", "best_step": result.best_step,
+           "control": "shuffled captions" if shuffle_captions else "", "train_pairs": len(text_train),
+           "best_step": result.best_step, "first_eval": min(cfg.train.eval_every, cfg.train.steps),
            "steps_run": result.steps_run, "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
     for labelled in bench.zero_shot:
         found = zero_shot(method, feats.image(vision, labelled), feats.prompts(text, labelled), labelled)
@@ -176,6 +210,60 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, te
     found = retrieval(method, feats.image(vision, bench.retrieval), feats.captions(text, bench.retrieval))
     row.update({f"{bench.retrieval.name}/{k}": v for k, v in found.items()})
     return row, result, method
+
+
+def held_out_groups(cfg: Config, pairs) -> tuple[str, list[str]]:
+    """What to break the unseen pairs down by, and each pair's group: the CLDR group for emoji, the source
+    (Openclipart, OpenMoji, Fluent UI, game-icons) for the medium corpus, nothing for a pairs corpus."""
+    if cfg.data.corpus == "emoji":
+        from lib.data import emoji
+
+        groups = {c.key: c.group for c in emoji.load_concepts()}
+        return "CLDR group", [groups[c] for c in pairs.concepts]
+    if cfg.data.corpus == "medium":
+        return "source", [i.split("/")[0] for i in pairs.ids]
+    return "", []
+
+
+def stuck_runs(runs: Runs) -> list[dict]:
+    """Runs (controls aside) whose best validation step is their first evaluation: a head that never improved
+    on what it knew after ``eval_every`` steps has not trained, and its numbers must not be reported as a
+    method's (notebooks/sharelock.py, "Training the head")."""
+    return [r for r in runs if not r["control"] and r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+
+
+def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
+                    texts: list[TextModelConfig]) -> Runs:
+    """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, every
+    seed: does the paper's gap open, close or flip as data grows? Rows already in ``runs`` at the whole set
+    are reused, not retrained. See notebooks/sharelock.py, "More data"."""
+    total, vision = len(bench.train), cfg.vision[0]
+    curve = Runs()
+    for t in texts:
+        for fraction in cfg.curve_fractions:
+            size = max(2, round(fraction * total))
+            for kind in ("mlp", "linear"):
+                for seed in cfg.seeds:
+                    done = [r for r in runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed,
+                                                  control="") if r["train_pairs"] == size]
+                    curve.add(done[0] if done else
+                              train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size)[0])
+    return curve
+
+
+def curve_frame(curve: Runs, metric: str):
+    """One row per (text model, training pairs): MLP and linear mean ± sd and the rule's outcome."""
+    import pandas as pd
+
+    rows = []
+    for (text, size), _ in curve.frame().groupby(["text", "train_pairs"]):
+        cmp = curve.compare(metric, dict(text=text, head="mlp", train_pairs=size),
+                            dict(text=text, head="linear", train_pairs=size))
+        rows.append({"text model": text, "training pairs": int(size), "MLP": cmp.a.text(), "linear": cmp.b.text(),
+                     "MLP − linear (points)": round(100 * cmp.difference, 1) if cmp.difference is not None else None,
+                     "outcome": {"a": "MLP ahead", "b": "linear ahead", "tie": "no clear difference",
+                                 "unknown": "too few seeds"}[cmp.outcome]})
+    return pd.DataFrame(rows)
 
 
 @torch.no_grad()
@@ -190,8 +278,24 @@ def style_diagnostics(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     return {"cross_style_nearest_same": float(nearest.float().mean()), "mean_cosine": float((a @ a.T).mean())}
 
 
-def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
-    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``)."""
+def curve_trend(curve: Runs, metric: str, text: str, a: dict, b: dict, names: tuple[str, str]) -> str:
+    """One sentence on how A − B moves along the data-size curve for one text model (the claims' diagnosis)."""
+    sizes = sorted({r["train_pairs"] for r in curve.where(text=text)})
+    steps = []
+    for size in sizes:
+        cmp = curve.compare(metric, {**a, "text": text, "train_pairs": size}, {**b, "text": text, "train_pairs": size})
+        if cmp.difference is None:
+            continue
+        mark = {"a": f" ({names[0]} ahead)", "b": f" ({names[1]} ahead)"}.get(cmp.outcome, "")
+        steps.append(f"{size:,}: {100 * cmp.difference:+.1f}{mark}")
+    if len(steps) < 2:
+        return ""
+    return f"{names[0]} − {names[1]} in points, {text}, by training pairs: " + "; ".join(steps)
+
+
+def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None) -> list[Claim]:
+    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``);
+    with the data-size ``curve``, the head claim's diagnosis says how the gap moves as the data grow."""
     headline, chance = bench.zero_shot[0].name, 1 / len(bench.zero_shot[0].classnames)
     metric = f"{headline}/acc1"
     text, vision = short(cfg.text[0].name), short(cfg.vision[0].name)
@@ -200,7 +304,11 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
         Claim("mlp_beats_linear", "ShareLock's MLP head on frozen LLM features beats a LiT-style linear map on the "
               "same data", "Table 3, ImageNet-1k top-1 at 563k CC3M-LLaVA pairs",
               runs.compare(metric, {**main, "head": "mlp"}, {**main, "head": "linear"}),
-              ("MLP head", "linear head"), paper_value="ShareLock 50.5 vs LiT 41.7"),
+              ("MLP head", "linear head"), paper_value="ShareLock 50.5 vs LiT 41.7",
+              diagnosis="; ".join(filter(None, (curve_trend(curve, metric, short(t), {"head": "mlp"},
+                                                            {"head": "linear"}, ("MLP", "linear"))
+                                                for t in sorted({r["text"] for r in curve}))))
+              if curve is not None else None),
         Claim("zero_shot_above_chance", "frozen features and a small head transfer zero-shot to concepts never seen "
               "in training", "§6.2, Table 3", versus(runs.values(metric, **main, head="mlp"), chance),
               ("ShareLock head on unseen concepts", "chance"), paper_value="50.5 (ImageNet-1k)"),

@@ -1,0 +1,67 @@
+"""The book's runner (tools/run_notebooks.py): each chapter runs in the config book/configs.yaml names, the
+committed notebook keeps its source's cells (papermill's injected cell removed), and what is committed
+matches what the book says it shows."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+from tools import run_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_chapter_is_shown_in_small_or_medium():
+    shown = run_notebooks.shown_configs()
+    assert set(shown) == {p.stem for p in run_notebooks.chapters()}
+    assert set(shown.values()) <= {"small", "medium"}
+
+
+def test_a_bad_configs_file_names_itself_and_the_fix(tmp_path, monkeypatch):
+    bad = tmp_path / "configs.yaml"
+    bad.write_text("sharelock: large\n", encoding="utf-8")
+    monkeypatch.setattr(run_notebooks, "SHOWN", bad)
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(run_notebooks, "chapters", lambda: [tmp_path / "notebooks" / "sharelock.py"])
+    with pytest.raises(SystemExit, match=r"configs.yaml must map every chapter \(sharelock\) to `small` or `medium`"):
+        run_notebooks.shown_configs()
+    bad.unlink()
+    with pytest.raises(SystemExit, match="configs.yaml is missing"):
+        run_notebooks.shown_configs()
+
+
+def test_the_fingerprint_changes_with_the_shown_config():
+    source = run_notebooks.chapters()[0]
+    assert run_notebooks.fingerprint(source, "small") != run_notebooks.fingerprint(source, "medium")
+    assert run_notebooks.fingerprint(source, "medium") == run_notebooks.fingerprint(source, "medium")
+
+
+def test_the_injected_parameters_cell_is_removed_and_nothing_else():
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('config = "small"', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell('config = "medium"', metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("print(config)"),
+    ])
+    kept = run_notebooks.without_injected_parameters(notebook)
+    assert [c.source for c in kept.cells] == ['config = "small"', "print(config)"]
+
+
+@pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
+def test_the_committed_notebook_shows_the_config_the_book_names(source):
+    shown = run_notebooks.shown_configs()[source.stem]
+    committed = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    assert committed.metadata.get("book", {}).get("config", "small") == shown, (
+        f"{source.stem}.ipynb was executed in another config than book/configs.yaml names ({shown}): "
+        f"run `python -m tools.run_notebooks --force {source.stem}`")
+    # nbval runs the committed notebook as it is: no injected cell may make CI run anything but the default
+    assert not [c for c in committed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    tagged = [c for c in jupytext.read(source).cells if "parameters" in c.metadata.get("tags", [])]
+    assert 'config = "small"' in tagged[0].source
+    metrics = json.loads((ROOT / "book" / "metrics" / f"{source.stem}.json").read_text(encoding="utf-8"))
+    assert metrics["config"] == shown, f"book/metrics/{source.stem}.json is from the {metrics['config']} config"
+    assert yaml.safe_load((ROOT / "notebooks" / "configs" / f"{source.stem}.yaml").read_text())[shown]
