@@ -4,8 +4,9 @@
 #                     (tools/setup.sh; idempotent, < 1 s when everything is present)
 #   make setup-medium setup, then the medium config's data and models (~2.4 GB; opt-in, never run by
 #                     CI: tools/setup.sh step "medium")
-#   make book         setup, run every notebook in the small config (papermill, in place, skipped
-#                     when nothing changed; metrics copied to book/metrics/), render book/results.md
+#   make book         setup, run every notebook in the config book/configs.yaml shows it in (papermill,
+#                     in place, skipped when nothing changed; a medium chapter first runs the medium
+#                     set-up step; metrics copied to book/metrics/), render book/results.md
 #                     from them and book/papers.yaml, then build the book into _build/html
 #   make test         setup, then pytest: nbval runs the committed notebooks first (computing every
 #                     feature into the store), then the unit tests and the papermill runs reuse them

@@ -376,11 +376,12 @@ if cfg.data.corpus == "emoji":
 # ## Prompts must look like the training captions
 #
 # CLIP's zero-shot recipe wraps each class name in sentences ("an emoji of {c}."). Our training
-# captions are bare CLDR names. For a **decoder read at its last token** that mismatch is severe:
+# captions are bare names (CLDR names; in the medium config the drawing's title). For a **decoder read
+# at its last token** that mismatch is severe:
 # the last token of every templated prompt is ".", a state that says more about "end of sentence"
 # than about the concept. A mean-pooled encoder hardly cares. The ShareLock paper trains on real
 # sentences (CC3M captions) and tests with CLIP_benchmark's sentence templates, so it never meets
-# this; the small config therefore uses the class name as the prompt, and this cell measures what
+# this; the small and medium configs therefore use the class name as the prompt, and this cell measures what
 # the other choice costs, with the very same trained heads (first seed).
 
 # %%

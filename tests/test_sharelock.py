@@ -106,3 +106,66 @@ def test_method_diagram_is_drawn_from_the_built_head(kind, hidden, layers):
     assert "some-vision" in texts and "some-llm" in texts and "12-d" in texts and "8-d" in texts
     assert "τ = 0.05" in ax.get_title() and ("ShareLock MLP" in texts) == (kind == "mlp")
     plt.close("all")
+
+
+# ---------------------------------------------------------------------------------- the chapter's experiments
+def test_grid_is_the_text_ladder_on_the_main_image_model_plus_the_vision_comparison():
+    from lib.chapters import sharelock as chapter
+
+    cfg = chapter.load_config("medium")
+    settings = chapter.grid(cfg)
+    assert settings[0] == (cfg.text[0], cfg.vision[0], "mlp"), "the main pair comes first"
+    pairs = {(t.name, v.name) for t, v, _ in settings}
+    assert pairs == {(t.name, cfg.vision[0].name) for t in cfg.text} | {(cfg.text[0].name, v.name) for v in cfg.vision}
+    assert all(sum(1 for s in settings if (s[0].name, s[1].name) == p) == 2 for p in pairs), "both heads per pair"
+
+
+def test_training_subsets_are_nested_and_independent_of_the_training_seed():
+    from lib.chapters.sharelock import training_subset
+
+    small, large = training_subset(1000, 100), training_subset(1000, 400)
+    assert len(small) == 100 and len(set(small.tolist())) == 100
+    assert set(small.tolist()) <= set(large.tolist())
+    assert torch.equal(small, training_subset(1000, 100))
+    assert training_subset(1000, None) is None and training_subset(1000, 1000) is None
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        training_subset(1000, 1)
+
+
+def test_curve_fractions_outside_zero_one_are_refused():
+    from lib.chapters import sharelock as chapter
+    from lib.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"curve_fractions must be shares of the training pairs in \(0, 1\]"):
+        chapter.load_config("small", {"curve_fractions": [0.5, 1.5]})
+
+
+def _row(text, head, seed, size, acc, best=100, control=""):
+    return {"text": text, "vision": "v", "head": head, "seed": seed, "control": control, "train_pairs": size,
+            "best_step": best, "first_eval": 20, "u/acc1": acc}
+
+
+def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
+    from lib.chapters.sharelock import stuck_runs
+    from lib.core.results import Runs
+
+    runs = Runs([_row("t", "mlp", 0, 10, 0.5, best=20), _row("t", "mlp", 1, 10, 0.5, best=40),
+                 _row("t", "mlp", 0, 10, 0.0, best=20, control="shuffled captions")])
+    assert [r["seed"] for r in stuck_runs(runs)] == [0], "controls may stay untrained; methods may not"
+
+
+def test_curve_table_and_trend_follow_the_rule_at_every_size():
+    from lib.chapters.sharelock import curve_frame, curve_trend
+    from lib.core.results import Runs
+
+    rows = [_row("t", "mlp", s, 100, 0.10 + 0.001 * s) for s in range(3)]
+    rows += [_row("t", "linear", s, 100, 0.20 + 0.001 * s) for s in range(3)]  # linear clearly ahead with little data
+    rows += [_row("t", "mlp", s, 400, 0.30 + 0.001 * s) for s in range(3)]
+    rows += [_row("t", "linear", s, 400, 0.20 + 0.001 * s) for s in range(3)]  # the gap flips with more data
+    curve = Runs(rows)
+    table = curve_frame(curve, "u/acc1")
+    assert table["training pairs"].tolist() == [100, 400]
+    assert table["outcome"].tolist() == ["linear ahead", "MLP ahead"]
+    assert table["MLP − linear (points)"].tolist() == [-10.0, 10.0]
+    trend = curve_trend(curve, "u/acc1", "t", {"head": "mlp"}, {"head": "linear"}, ("MLP", "linear"))
+    assert trend == "MLP − linear in points, t, by training pairs: 100: -10.0 (linear ahead); 400: +10.0 (MLP ahead)"

@@ -3,7 +3,7 @@
 The page is never edited by hand. Its two inputs are
 
 * ``book/papers.yaml``: each paper's headline numbers with their table reference, what a full-config
-  run needs, and which small-config metric is the analogue of each number (a path of keys into the
+  run needs, and which offline metric (of the config book/configs.yaml shows) is the analogue of each number (a path of keys into the
   chapter's ``metrics.json``), with one sentence on what the analogue shows;
 * ``book/metrics/<chapter>.json``: the ``metrics.json`` that each chapter's notebook wrote when
   ``make book`` executed it (``tools/run_notebooks.py`` copies it there beside the executed notebook).
@@ -82,7 +82,7 @@ VERDICT_MARK = {"reproduced": "✓ reproduced", "not reproduced": "✗ not repro
 
 
 def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
-    """Rows of a chapter's numbers table: the paper's number and each small-config analogue (and the full
+    """Rows of a chapter's numbers table: the paper's number and each offline analogue (and the full
     config's number, only where a full-config run exists)."""
     full = info.get("full_run")
     rows = []

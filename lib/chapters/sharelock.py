@@ -95,12 +95,16 @@ def setting_label(row: dict) -> str:
 
 
 def prompt_sets(cfg: Config, bench: Benchmark) -> list:
-    """The unseen emoji concepts with sentence templates and with the bare name (the prompt ablation);
-    empty for a pairs corpus."""
-    if cfg.data.corpus != "emoji":
-        return []
-    return [datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="sentences"),
-            datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="name")]
+    """The unseen concepts with sentence templates and with the bare name (the prompt ablation), for the
+    emoji and the medium corpus; empty for a pairs corpus."""
+    if cfg.data.corpus == "emoji":
+        return [datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="sentences"),
+                datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="name")]
+    if cfg.data.corpus == "medium":
+        from lib.data import medium
+
+        return [medium.labelled("unseen", prompts="sentences"), medium.labelled("unseen", prompts="name")]
+    return []
 
 
 def _prompt_source(labelled) -> dict:
