@@ -4,9 +4,10 @@ Why: ViTeRB (Ruthardt et al., §4) measures zero-shot transfer in the traditiona
 strictly disjoint from the training classes (seen and unseen sets with an empty intersection), so the split *is*
 the benchmark.
 This module holds the one shape every such dataset takes (:class:`ClassBenchmark`: classes with a role,
-images with a class and a role), the seeded split rule, the checksummed split files, and the two datasets
+images with a class and a role), the seeded split rule, the checksummed split files, the two datasets
 of the small config: the emoji concepts (drawings, the emoji corpus's family-disjoint split) and Fashion-MNIST
-(photos, a seeded 7 / 3 class split), and the protocol's diagram drawn from these objects. The full config's four
+(photos, a seeded 7 / 3 class split), the medium config's corpus (``medium_benchmark``: ~7,900 concepts of
+four drawing sources, split by concept families), and the protocol's diagram drawn from these objects. The full config's four
 datasets are read by :mod:`lib.data.full_sets` into the same shape. See notebooks/viterb.py, section "Seen and unseen classes, as data".
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lib.data import emoji, manifests
 
 __all__ = ["ImageSource", "ClassBenchmark", "seeded_class_split", "write_fashion_split", "load_split_file",
            "EMOJI_SUBSET", "EMOJI_SUBSET_SEED", "emoji_split", "emoji_concepts", "emoji_benchmark",
-           "FashionImages", "fashion_benchmark", "FASHION_SPLIT_SEED", "FASHION_UNSEEN", "SPLIT_DIR", "ROLES",
+           "FashionImages", "fashion_benchmark", "medium_benchmark", "MEDIUM_SPLITS", "FASHION_SPLIT_SEED", "FASHION_UNSEEN", "SPLIT_DIR", "ROLES",
            "split_diagram"]
 
 SPLIT_DIR = REPO_ROOT / "data_manifests" / "splits"
@@ -166,6 +167,36 @@ def emoji_benchmark(style: str = "google") -> ClassBenchmark:
             rows.append((len(sources) - 1, position[concept.key]))
             image_roles.append(image_role)
     return ClassBenchmark("emoji", tuple(keys), tuple(names), tuple(roles), tuple(sources), tuple(rows),
+                          tuple(labels), tuple(image_roles))
+
+
+# --------------------------------------------------------------------------------------------- medium
+# The medium corpus's concept split (lib.data.medium: whole concept families to train / val / unseen) as a
+# class benchmark: train concepts are seen, val concepts stop the training early, unseen concepts are the test.
+MEDIUM_SPLITS = (("train", "seen", "train"), ("val", "val", "val"), ("unseen", "unseen", "test"))
+
+
+def medium_benchmark() -> ClassBenchmark:
+    """The medium corpus's concepts (class = concept name, e.g. "bicycle", "grinning face"), every image of the
+    four training sources: seen concepts give the training images, val concepts the early-stopping images,
+    unseen concepts the test. The image sources are ``lib.data.medium.pairs(split, captions="label")``, the
+    very sets (name, ids, source) whose features the ShareLock chapter's medium config stores."""
+    from lib.data import medium
+
+    keys, roles, rows, labels, image_roles, sources = [], [], [], [], [], []
+    index: dict[str, int] = {}
+    for split, class_role, image_role in MEDIUM_SPLITS:
+        pairs = medium.pairs(split, captions="label")
+        sources.append(ImageSource(pairs.name, pairs.ids, pairs.load_image, pairs.source))
+        for row, concept in enumerate(pairs.concepts):
+            if concept not in index:
+                index[concept] = len(keys)
+                keys.append(concept)
+                roles.append(class_role)
+            labels.append(index[concept])
+            rows.append((len(sources) - 1, row))
+            image_roles.append(image_role)
+    return ClassBenchmark("medium", tuple(keys), tuple(keys), tuple(roles), tuple(sources), tuple(rows),
                           tuple(labels), tuple(image_roles))
 
 

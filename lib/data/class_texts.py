@@ -14,6 +14,8 @@ class of each text):
 * ``encyclopedia``: a generated encyclopedia-style article, split into sentences ("the texts are split
   into individual sentences, which are used as targets during training").
 * ``reference``: real reference text (the paper: Wikipedia articles). Emoji: the CLDR label and keywords;
+  the medium corpus: each concept's own human-written captions (title and keywords: Openclipart's, or the
+  CLDR label and tags of OpenMoji / Fluent; game-icons has only the name), at most three distinct per concept;
   Fashion-MNIST and ImageNet+: the WordNet 3.0 gloss of the class's synset (ImageNet classes *are* WordNet
   noun synsets); AWA2 / CUB / FGVC-Aircraft: an article file the user provides, split into sentences.
 
@@ -41,7 +43,7 @@ from lib.data.class_splits import ClassBenchmark
 from lib.data.templates import IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, NAME_ONLY
 
 __all__ = ["TEXT_KINDS", "GENERATED_KINDS", "VARIANTS", "TEMPLATES", "PROMPTS", "PROMPT_VARIANTS", "MAX_NEW_TOKENS",
-           "CLASS_TEXT_DIR", "CLASS_TEXT_MANIFEST", "FASHION_WORDNET", "SMALL_DATASETS", "ClassTexts", "class_texts",
+           "CLASS_TEXT_DIR", "CLASS_TEXT_MANIFEST", "FASHION_WORDNET", "SMALL_DATASETS", "MEDIUM_REFERENCE", "ClassTexts", "class_texts",
            "split_sentences", "generation_classes", "generate_texts", "class_text_path", "write_class_texts",
            "load_class_texts", "text_source"]
 
@@ -50,6 +52,7 @@ GENERATED_KINDS = ("description", "encyclopedia")
 VARIANTS = {"bare-name": "name"}  # text sets that vary one kind (the name without templates)
 SENTENCE_KINDS = ("encyclopedia",)  # articles are split into sentences (reference articles from a file too)
 SMALL_DATASETS = ("emoji", "fashion-mnist")
+MEDIUM_REFERENCE = {"caption": "label_tags", "max_per_class": 3}  # the medium corpus's reference texts
 TEMPLATES = {"imagenet80": tuple(IMAGENET_TEMPLATES), "imagenet7": tuple(IMAGENET_TEMPLATES_7),
              "bare": tuple(NAME_ONLY)}
 CLASS_TEXT_DIR = REPO_ROOT / "data_manifests" / "class_texts"
@@ -258,6 +261,8 @@ def _reference(bench: ClassBenchmark) -> tuple[list[list[str]], dict]:
     if bench.name == "fashion-mnist":
         return ([[f"{name}: {wordnet.gloss(*FASHION_WORDNET[name])}"] for name in bench.class_names],
                 {"wordnet": "3.0 (Debian wordnet-base)"})
+    if bench.name == "medium":
+        return _medium_reference(bench)
     if bench.name == "imagenet-plus":  # wnid = "n" + the synset's byte offset in WordNet 3.0's data.noun
         return ([[f"{name}: {wordnet.synset_at(int(key[1:])).gloss}"]
                  for key, name in zip(bench.class_keys, bench.class_names)],
@@ -265,6 +270,20 @@ def _reference(bench: ClassBenchmark) -> tuple[list[list[str]], dict]:
     articles = _file_texts(bench, "reference")
     return ([[s for a in texts for s in split_sentences(a)] or texts for texts in articles],
             {"file_sha256": file_sha256(class_text_path(bench.name, "reference")), "split": "sentences"})
+
+
+def _medium_reference(bench: ClassBenchmark) -> tuple[list[list[str]], dict]:
+    """Each medium concept's distinct ``label_tags`` captions over its images (corpus order, at most
+    ``MEDIUM_REFERENCE["max_per_class"]``): human-written text, the name alone where a source has no more."""
+    from lib.data import medium
+
+    found: dict[str, dict[str, None]] = {}
+    for row in medium.items():
+        if row["source"] in medium.TRAIN_SOURCES:
+            found.setdefault(row["concept"], {})[row["captions"][MEDIUM_REFERENCE["caption"]]] = None
+    cap = MEDIUM_REFERENCE["max_per_class"]
+    return ([list(found[k])[:cap] for k in bench.class_keys],
+            {"medium": medium.source_identity(medium.TRAIN_SOURCES)["manifest"], **MEDIUM_REFERENCE})
 
 
 def class_texts(bench: ClassBenchmark, kind: str, *, templates: str = "imagenet80") -> ClassTexts:

@@ -1,0 +1,121 @@
+"""ViTeRB's medium config: the config validates and keeps every score set many-class; the medium corpus as a class
+benchmark is leak-free, reads the ShareLock chapter's medium image entries and has reference text for every class;
+the stuck-run count, the rank correlation and the size claim follow their definitions.
+
+CI does not install the medium data: the tests that read it skip with the command that installs it
+(``tests/test_medium_data.py``'s check)."""
+from __future__ import annotations
+
+import pytest
+from test_medium_data import _need_medium
+
+from lib.chapters import viterb
+from lib.core.results import Runs
+from lib.data import class_texts
+
+DECODERS = ["offline/qwen2.5-coder-0.5b-instruct", "offline/gemma-3-270m", "offline/smollm2-135m-instruct"]
+ENCODERS = ["offline/all-mpnet-base-v2", "offline/all-MiniLM-L6-v2", "offline/paraphrase-MiniLM-L3-v2"]
+
+
+@pytest.fixture(scope="module")
+def medium():
+    _need_medium()
+    cfg = viterb.load_config("medium")
+    return cfg, viterb.benchmark(cfg)  # benchmark() leak-checks every dataset
+
+
+# ------------------------------------------------------------------------------------------- the config
+def test_medium_config_validates_and_scores_only_many_class_sets():
+    cfg = viterb.load_config("medium")
+    assert "medium" in cfg.score_datasets and "fashion-mnist" not in cfg.datasets  # no 3-way task in the score
+    assert [t.name for t in cfg.text] == DECODERS + ENCODERS and set(cfg.encoders) == set(ENCODERS)
+    assert all(t.pooling == "cls" for t in cfg.text if t.name in ENCODERS)
+    assert all(t.pooling == "last_token" for t in cfg.text if t.name in DECODERS)
+    assert len(cfg.seeds) >= 3 and set(cfg.text_kinds) == {"name", "reference"} and cfg.name_templates == "bare"
+    from lib.chapters import sharelock
+
+    assert cfg.vision[0] == sharelock.load_config("medium").vision[0]  # the same settings: the store's entries
+
+
+# ------------------------------------------------------------------------------------------ the data
+def test_medium_benchmark_is_leak_free_and_split_by_concept(medium):
+    _, benches = medium
+    bench = benches["medium"]
+    bench.check_no_leak()
+    counts = bench.counts()
+    assert counts["unseen classes"] > 1000 and counts["test images"] > counts["unseen classes"]
+    assert len(set(bench.class_keys)) == len(bench.class_keys)
+    from lib.data import medium as corpus
+
+    split = corpus.load_splits()["concepts"]
+    role = {"train": "seen", "val": "val", "unseen": "unseen"}
+    assert all(role[split[k]] == r for k, r in zip(bench.class_keys, bench.class_role))
+
+
+def test_medium_image_sources_are_the_sharelock_medium_entries(medium):
+    from lib.chapters import sharelock
+
+    cfg, benches = medium
+    ours = {r.name: r for r in viterb.feature_plan(cfg, benches) if r.kind == "image" and "medium" in r.name}
+    scfg = sharelock.load_config("medium")
+    theirs = {r.name: r for r in sharelock.feature_plan(scfg, sharelock.benchmark(scfg)) if r.kind == "image"}
+    assert len(ours) == 3
+    for name, request in ours.items():
+        other = theirs[name]
+        assert (request.model, request.source, list(request.ids)) == (other.model, other.source, list(other.ids))
+
+
+def test_every_medium_class_has_reference_text(medium):
+    cfg, benches = medium
+    bench = benches["medium"]
+    found = class_texts.class_texts(bench, "reference", templates=cfg.name_templates)
+    per_class = found.per_class()
+    assert len(per_class) == len(bench.class_keys) and min(per_class) >= 1
+    assert max(per_class) <= class_texts.MEDIUM_REFERENCE["max_per_class"]
+    assert all(t.strip() for t in found.texts)
+    share = viterb.same_as_name(found, bench)
+    assert 0.05 < share < 0.95  # some concepts have only their name (game-icons), many have more
+
+
+# ------------------------------------------------------------------------------------- the measures
+def _runs(scores: dict[str, list[float]], best_step=50, study="main"):
+    runs = Runs()
+    for model, values in scores.items():
+        for seed, score in enumerate(values):
+            runs.add(study=study, role="score", dataset="medium", model=model, family="decoder" if "dec" in model
+                     else "encoder", kind="name", seed=seed, score=score, chance=0.001, best_step=best_step)
+    return runs
+
+
+def test_rank_correlation_reads_every_seed():
+    runs = _runs({"dec-s": [0.1, 0.11, 0.1], "dec-m": [0.2, 0.19, 0.21], "enc-l": [0.3, 0.31, 0.29]})
+    up = viterb.rank_correlation(runs, {"dec-s": 1, "dec-m": 2, "enc-l": 3}, study="main")
+    assert up["rho"] == pytest.approx(1.0) and up["per_seed"] == pytest.approx([1.0, 1.0, 1.0])
+    down = viterb.rank_correlation(runs, {"dec-s": 3, "dec-m": 2, "enc-l": 1}, study="main")
+    assert down["rho"] == pytest.approx(-1.0)
+    cfg = viterb.load_config("medium")
+    claims = {c.id: c for c in viterb.claims(cfg, runs, {}, params={"dec-s": 1, "dec-m": 2, "enc-l": 3})}
+    assert claims["size_predicts_alignment"].verdict == "reproduced"
+    flipped = {c.id: c for c in viterb.claims(cfg, runs, {}, params={"dec-s": 3, "dec-m": 2, "enc-l": 1})}
+    assert flipped["size_predicts_alignment"].verdict == "not reproduced"
+    assert "per seed" in flipped["size_predicts_alignment"].diagnosis
+
+
+def test_not_reproduced_claims_carry_a_measured_diagnosis():
+    cfg = viterb.load_config("medium")
+    runs = _runs({"dec-a": [0.1, 0.11, 0.1], "enc-b": [0.3, 0.31, 0.29]})
+    found = {c.id: c for c in viterb.claims(cfg, runs, {})}
+    assert found["decoders_beat_encoders"].verdict == "not reproduced"
+    assert "enc-b 30.00 %" in found["decoders_beat_encoders"].diagnosis
+
+
+def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
+    cfg = viterb.load_config("medium")
+    first = cfg.train.eval_every
+    runs = _runs({"dec-a": [0.1, 0.2]}, best_step=first)
+    runs.add(study="main", role="score", dataset="medium", model="dec-b", family="decoder", kind="name", seed=0,
+             score=0.2, chance=0.001, best_step=2 * first)
+    runs.add(study="control", role="score", dataset="medium", model="dec-a", family="decoder", kind="name", seed=0,
+             score=0.001, chance=0.001, best_step=first)
+    stuck = viterb.stuck_runs(cfg, runs)
+    assert len(stuck) == 2 and {r["model"] for r in stuck} == {"dec-a"} and {r["study"] for r in stuck} == {"main"}
