@@ -448,19 +448,19 @@ features.release_encoders()
 #
 # | | paper (Table 3, 563k CC3M-LLaVA) | official code ([ShareLock @ e7b464d](https://github.com/JonaRuthardt/ShareLock/tree/e7b464d16351d7410f4ad7d87119894a31d34a55)) | this book |
 # |---|---|---|---|
-# | image tower | DINOv2 ViT-B/14 (§6.1) | name left as a placeholder in the config | small: EfficientNet-Lite0 (main), DINOv2 ViT-S/14 from an ONNX (maybe saliency-tuned); full: `facebook/dinov2-base` |
-# | text tower | Llama-3-8B, last token, after the final norm | same, fp32, untruncated | small: Gemma 3 270M (last token), MiniLM-L6 (mean); full: Llama-3-8B, stored fp16, truncated at 77 tokens |
-# | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design; hidden 512 in the small config |
+# | image tower | DINOv2 ViT-B/14 (§6.1) | name left as a placeholder in the config | small and medium: EfficientNet-Lite0 (main), DINOv2 ViT-S/14 from an ONNX (maybe saliency-tuned); full: `facebook/dinov2-base` |
+# | text tower | Llama-3-8B, last token, after the final norm | same, fp32, untruncated | small: Gemma 3 270M (last token), MiniLM-L6 (mean); medium: also SmolLM2-135M and Qwen2.5-Coder-0.5B-Instruct (last token), MiniLM-L3 and mpnet-base (mean); full: Llama-3-8B, stored fp16, truncated at 77 tokens |
+# | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design; hidden 512 in the small and medium configs |
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
-# | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; full: a true 16,384 per loss |
-# | validation | until convergence on a validation split | every 50k pairs (~31 steps), patience 50, min_delta 0.1 | every 20 steps, patience 6; full: every 250 steps, patience 10 |
-# | precision | — | fp32 | small: fp32; full: bf16 autocast (fp32 weights) |
+# | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; medium: 512; full: a true 16,384 per loss |
+# | validation | until convergence on a validation split | every 50k pairs (~31 steps), patience 50, min_delta 0.1 | small: every 20 steps, patience 6; medium: every 50, patience 6; full: every 250 steps, patience 10 |
+# | precision | — | fp32 | small and medium: fp32; full: bf16 autocast (fp32 weights) |
 # | image preprocessing at test | — | `encode_image` applies *training* augmentations | eval-mode only |
 # | class-prototype order | — | `list_keys()` order (latent misalignment risk) | rows keyed by ids in a defined order |
 # | reported metric | CLIP_benchmark | one-template test script | CLIP-style templates, acc@1/5, per-class recall |
 #
-# The small config cannot reproduce 50.5 % on ImageNet (that needs a GPU, CC3M-LLaVA and ImageNet);
-# it tests the claims on concepts the head never saw.
+# The offline configs cannot reproduce 50.5 % on ImageNet (that needs a GPU, CC3M-LLaVA and ImageNet);
+# they test the claims on concepts the head never saw.
 
 # %% [markdown]
 # ## What reproduced, what did not

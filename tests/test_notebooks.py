@@ -92,3 +92,24 @@ def test_sharelock_second_run_computes_no_feature(sharelock_run):
     first.pop("train_s"), second.pop("train_s")
     assert first == second
     assert {"torch", "transformers", "timm", "open_clip"} <= set(rerun["versions"])
+
+
+def test_the_committed_sharelock_run_is_not_degenerate():
+    """What the book shows (book/metrics/sharelock.json, in the config book/configs.yaml names) must be an
+    experiment that can show something: every head trained, transfer far above chance, the control at chance,
+    a data-size curve with several sizes and seeds, and a verdict for every claim."""
+    import json
+
+    from lib.core.results import VERDICTS
+
+    metrics = json.loads((ROOT / "book" / "metrics" / "sharelock.json").read_text(encoding="utf-8"))
+    findings, extra = metrics["findings"], metrics["extra"]
+    assert extra["stuck_runs"] == 0, "a reported head whose best step is its first evaluation has not trained"
+    assert findings["sharelock_unseen_acc1"] > 5 * findings["chance_unseen"]
+    assert findings["shuffled_unseen_acc1"] < 3 * findings["chance_unseen"]
+    sizes = {r["train_pairs"] for r in extra["data_size_curve"]}
+    seeds = {r["seed"] for r in extra["data_size_curve"]}
+    assert len(sizes) >= 2 and len(seeds) >= 2
+    assert metrics["claims"] and all(c["verdict"] in VERDICTS for c in metrics["claims"])
+    head = next(c for c in metrics["claims"] if c["id"] == "mlp_beats_linear")
+    assert head["diagnosis"], "the head claim says how its gap moves along the data-size curve"
