@@ -65,3 +65,25 @@ def test_the_committed_notebook_shows_the_config_the_book_names(source):
     metrics = json.loads((ROOT / "book" / "metrics" / f"{source.stem}.json").read_text(encoding="utf-8"))
     assert metrics["config"] == shown, f"book/metrics/{source.stem}.json is from the {metrics['config']} config"
     assert yaml.safe_load((ROOT / "notebooks" / "configs" / f"{source.stem}.yaml").read_text())[shown]
+
+
+def test_a_chapter_depends_on_the_lib_modules_it_imports_and_not_on_other_chapters():
+    by_name = {source.stem: {p.relative_to(ROOT).as_posix() for p in run_notebooks.lib_closure(source)}
+               for source in run_notebooks.chapters()}
+    for name, closure in by_name.items():
+        assert f"lib/chapters/{name}.py" in closure
+        assert {"lib/__init__.py", "lib/chapters/__init__.py", "lib/core/train.py", "lib/core/store.py"} <= closure
+        others = {f"lib/chapters/{other}.py" for other in by_name if other != name}
+        assert not closure & others, f"{name} would be re-executed when another chapter's module changes"
+
+
+def test_the_closure_follows_imports_transitively_with_their_packages(tmp_path, monkeypatch):
+    (tmp_path / "lib" / "a").mkdir(parents=True)
+    for name, text in {"lib/__init__.py": "", "lib/a/__init__.py": "", "lib/a/b.py": "from lib.a import c\n",
+                       "lib/a/c.py": "import json\n", "lib/a/unused.py": ""}.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    notebook = tmp_path / "nb.py"
+    notebook.write_text("# %%\nfrom lib.a.b import something\n", encoding="utf-8")
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+    found = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook)}
+    assert found == {"lib/__init__.py", "lib/a/__init__.py", "lib/a/b.py", "lib/a/c.py"}

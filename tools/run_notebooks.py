@@ -22,6 +22,7 @@ renders. A notebook that did not write a fresh ``metrics.json`` fails the run.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import shutil
@@ -79,9 +80,51 @@ def chapters() -> list[Path]:
     return [ROOT / f"{file}.py" for file in toc_files() if file.startswith("notebooks/")]
 
 
+def lib_modules() -> dict[str, Path]:
+    """Every module of ``lib`` by dotted name (a package by its ``__init__.py``)."""
+    out = {}
+    for path in (ROOT / "lib").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imported(path: Path, known: dict[str, Path]) -> set[str]:
+    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and ``lib.a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    with_parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 2)}
+    return {name for name in with_parents if name in known}
+
+
+def lib_closure(source: Path) -> list[Path]:
+    """The ``lib`` files a notebook can run: the modules its cells import and theirs, transitively.
+
+    Why: a chapter is re-executed when *its* inputs change, not when another chapter's module does (a medium
+    chapter takes half an hour). A notebook that cannot be parsed depends on all of ``lib``."""
+    known = lib_modules()
+    try:
+        todo = _imported(source, known)
+    except SyntaxError:
+        return sorted(known.values())
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo |= _imported(known[name], known) - seen
+    return sorted(known[name] for name in seen)
+
+
 def fingerprint(source: Path, config: str = "small") -> str:
+    """What the committed outputs depend on: the notebook's source, its config file, the ``lib`` files it can
+    run (:func:`lib_closure`) and the config it is shown in."""
     digest = hashlib.sha256(f"config={config}\n".encode())
-    inputs = [source, *sorted((ROOT / "notebooks" / "configs").glob("*.yaml")), *sorted((ROOT / "lib").rglob("*.py"))]
+    inputs = [source, ROOT / "notebooks" / "configs" / f"{source.stem}.yaml", *lib_closure(source)]
     for path in inputs:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
