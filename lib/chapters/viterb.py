@@ -343,7 +343,8 @@ def capability(model_name: str, texts: Sequence[str], *, causal: bool, batch_siz
     from lib.core.paths import cache_root
 
     resolved = resolve(model_name, "transformers")
-    key = hashlib.sha256(json.dumps([resolved.identity, list(texts), causal], sort_keys=True).encode()).hexdigest()[:20]
+    key = hashlib.sha256(json.dumps([resolved.identity, list(texts), causal, "lm_head-v2"],
+                                    sort_keys=True).encode()).hexdigest()[:20]
     path = cache_root() / "viterb" / f"capability-{key}.json"
     if path.is_file():
         return json.loads(path.read_text())
@@ -354,7 +355,15 @@ def capability(model_name: str, texts: Sequence[str], *, causal: bool, batch_siz
         tokenizer = AutoTokenizer.from_pretrained(resolved.load_path)
         tokenizer.padding_side = "right"
         tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=torch.float32).eval().to(device)
+        model, info = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=torch.float32,
+                                                           output_loading_info=True)
+        model = model.eval().to(device)
+        if any(k.startswith("lm_head") for k in info["missing_keys"]):
+            # A checkpoint without an output layer (the offline Qwen2.5-0.5B): transformers would score with a
+            # randomly initialised one. Such models tie it to the input embeddings (Qwen2.5-0.5B's own config:
+            # tie_word_embeddings true), so tie it, and say so.
+            model.lm_head.weight = model.get_input_embeddings().weight
+            result["lm_head"] = "tied to the input embeddings (absent from the checkpoint)"
         nll, count = 0.0, 0
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
