@@ -109,7 +109,7 @@ import seaborn as sns
 
 from lib.chapters import viterb
 from lib.core import config as configs
-from lib.core import features, notebook, paths
+from lib.core import features, notebook, paths, ranks
 from lib.core.results import RULE, Runs, write_metrics
 from lib.core.store import FeatureStore
 from lib.data import class_splits, class_texts, manifests, wordnet
@@ -302,7 +302,7 @@ print(found.summary())
 # `lib.core.train.fit` (CLIP loss at a fixed τ = 0.07, Adam, cosine schedule, early stopping on the
 # validation images).
 #
-# **Training pairs when a class has many texts** (`lib.chapters.viterb.ClassTextPairs`): at every step, each
+# **Training pairs when a class has many texts** (`lib.methods.class_text_pairs.ClassTextPairs`): at every step, each
 # training image is paired with one text of its class drawn uniformly at random. Over training every text
 # is a target, as in the paper ("used as targets during training"), while an epoch still holds one pair per
 # image: a class with 7 templates or 5 sentences weighs no more than a class with one text, and every text
@@ -437,12 +437,14 @@ if runs.where(study="bare name").rows:
 # "Model capability on language tasks is predictive of visual transfer performance"). MMLU cannot be run
 # offline here; two measured stand-ins can: the **parameter count**, computed for every model, encoders and
 # decoders alike, and for the decoders their own **perplexity** on held-out text, 200 WordNet definitions
-# drawn at random (seeded) from the 82k noun synsets (`lib.chapters.viterb.capability`; lower is better).
+# drawn at random (seeded) from the 82k noun synsets (`lib.core.capability.capability`; lower is better).
 # An encoder has no comparable left-to-right likelihood, so it gets no perplexity and appears on the size
 # axis only. The offline Qwen2.5-Coder-0.5B checkpoint has no output layer; the model ties it to its input
 # embeddings, so the perplexity is computed with that tie (the table says so; untied, transformers would
-# score with a random layer). The rank correlation is Spearman's rho (`lib.chapters.viterb.rank_correlation`) of each measure
-# with the score, over the seed means and per seed (the claims read the per-seed values by the book's rule).
+# score with a random layer). The rank correlation is Spearman's rho (`lib.core.ranks.rank_correlation`) of each measure
+# with the score, over the seed means and per seed. Here the models, not the seeds, are the sample, so the
+# claims apply a rule of their own (`lib.core.ranks.RANK_RULE`, printed below): an exact permutation test
+# over the models, with every seed on the same side.
 # With two decoders (small) a rank correlation is +1 or −1 by construction, so the small config's claim
 # compares the two decoders by the rule and says no more than that.
 
@@ -467,8 +469,11 @@ measures = {"parameter count (all models)": params,
             "minus perplexity (decoders)": {m: -p for m, p in perplexity.items() if p is not None}}
 correlations = {name: viterb.rank_correlation(runs, values, study="main", role="score")
                 for name, values in measures.items() if len(values) >= 3}
+print(ranks.RANK_RULE)
 pd.DataFrame([{"capability measure": name, "models": len(c["models"]), "Spearman rho (seed means)": round(c["rho"], 2),
-               "rho per seed": ", ".join(f"{r:+.2f}" for r in c["per_seed"])} for name, c in correlations.items()])
+               "rho per seed": ", ".join(f"{r:+.2f}" for r in c["per_seed"]),
+               "exact permutation p": round(ranks.rank_comparison(c["per_seed"], c["measure"], c["score"]).p, 3)}
+              for name, c in correlations.items()])
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -634,7 +639,7 @@ if "emoji" in benches:
 #
 # * `lib.chapters.viterb.train_and_score` trains `lib.methods.sharelock.ShareLock(kind="mlp")`; with a
 #   linear head (`lib.nn.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
-# * `lib.chapters.viterb.capability`: add a language model of your own to `text:` in
+# * `lib.core.capability.capability`: add a language model of your own to `text:` in
 #   `notebooks/configs/viterb.yaml` and see where it lands on the capability plot.
 # * `lib.data.class_texts.generate_texts` (through `tools/generate_class_texts.py --per-class 5`): several
 #   descriptions per class, as the paper generates them, and whether "richer text helps" once there are more.

@@ -78,12 +78,14 @@ def test_a_chapter_depends_on_the_lib_modules_it_imports_and_not_on_other_chapte
 
 
 def test_the_closure_follows_imports_transitively_with_their_packages(tmp_path, monkeypatch):
-    (tmp_path / "lib" / "a").mkdir(parents=True)
-    for name, text in {"lib/__init__.py": "", "lib/a/__init__.py": "", "lib/a/b.py": "from lib.a import c\n",
-                       "lib/a/c.py": "import json\n", "lib/a/unused.py": ""}.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    package = tmp_path / "lib" / "pkg"  # lib.pkg.b imports lib.pkg.c; lib.pkg.unused is imported by no one
+    package.mkdir(parents=True)
+    files = {("__init__.py",): "", ("pkg", "__init__.py"): "", ("pkg", "b.py"): "from lib.pkg import c\n",
+             ("pkg", "c.py"): "import json\n", ("pkg", "unused.py"): ""}
+    for parts, text in files.items():
+        tmp_path.joinpath("lib", *parts).write_text(text, encoding="utf-8")
     notebook = tmp_path / "nb.py"
-    notebook.write_text("# %%\nfrom lib.a.b import something\n", encoding="utf-8")
+    notebook.write_text("# %%\nfrom lib.pkg.b import something\n", encoding="utf-8")
     monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
-    found = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook)}
-    assert found == {"lib/__init__.py", "lib/a/__init__.py", "lib/a/b.py", "lib/a/c.py"}
+    found = {p.relative_to(tmp_path / "lib").parts for p in run_notebooks.lib_closure(notebook)}
+    assert found == set(files) - {("pkg", "unused.py")}

@@ -16,23 +16,24 @@ See notebooks/viterb.py, sections "Seen and unseen classes, as data", "Text per 
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import torch
-from torch import nn
 
 from lib.core import config as configs
 from lib.core import features
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import mean_per_class_recall
+from lib.core.capability import capability
+from lib.core.ranks import rank_comparison, rank_correlation
 from lib.core.results import Claim, Runs, versus
 from lib.core.train import fit, seed_everything
 from lib.data import class_splits, class_texts, full_sets
 from lib.data.class_splits import ClassBenchmark, FashionImages
 from lib.data.class_texts import ClassTexts
+from lib.methods.class_text_pairs import ClassTextPairs
 from lib.methods.sharelock import ShareLock
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "RunSpec", "run_specs", "texts_of", "feature_plan",
@@ -208,43 +209,6 @@ class ChapterFeatures:
         return self._tensor(_text_name(model, dataset, kind))
 
 
-class ClassTextPairs(nn.Module):
-    """A method trained on classes that have several texts each: the paper's "every text is a target".
-
-    At every training step each image is paired with **one text of its class drawn uniformly at random**
-    (a seeded generator). Why this sampling: every text of a class becomes a target over training, as in
-    the paper, while an epoch still has one pair per image, so a class with 80 templates or 7 sentences
-    weighs no more than a class with one text, and the batch (its negatives) is the same size for every
-    text type. Training batches carry ``image`` and ``label`` (the class whose texts to draw from); a batch
-    that carries ``text`` (the validation set: one fixed draw per image) is used as is.
-    """
-
-    def __init__(self, method: nn.Module, text_features: torch.Tensor, owner: Sequence[int], n_classes: int,
-                 seed: int) -> None:
-        super().__init__()
-        self.method = method
-        owner = torch.as_tensor(owner)
-        order = torch.argsort(owner, stable=True)
-        counts = torch.bincount(owner, minlength=n_classes)
-        self.register_buffer("table", text_features[order].float(), persistent=False)
-        self.register_buffer("counts", counts, persistent=False)
-        self.register_buffer("offsets", torch.cumsum(counts, 0) - counts, persistent=False)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def draw(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One text feature per label, uniformly among that class's texts."""
-        if bool((self.counts[labels] == 0).any()):
-            raise ValueError("a class without texts cannot be a training target")
-        u = torch.rand(len(labels), generator=generator or self.generator).to(labels.device)
-        counts = self.counts[labels]
-        pick = self.offsets[labels] + torch.minimum((u * counts).long(), counts - 1)
-        return self.table[pick]
-
-    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        text = batch["text"] if "text" in batch else self.draw(batch["label"])
-        return self.method.loss({"image": batch["image"], "text": text})
-
-
 @torch.no_grad()
 def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tensor, owner: Sequence[int],
                  bench: ClassBenchmark) -> float:
@@ -312,77 +276,6 @@ def same_as_name(found: ClassTexts, bench: ClassBenchmark) -> float:
     return sum(alone) / len(alone)
 
 
-def rank_correlation(runs: Runs, capability: dict[str, float], **where) -> dict:
-    """Spearman's rank correlation between a capability measure (model label -> value, higher = more capable)
-    and the ViTeRB score: ``rho`` of the means over seeds, and ``per_seed`` (one rho per seed, each over the
-    models' scores of that seed: the spread the book's rule reads)."""
-    import pandas as pd
-
-    frame = runs.where(**where).frame()
-    models = [m for m in capability if m in set(frame["model"])]
-    x = pd.Series([capability[m] for m in models], index=models, dtype=float)
-    per_seed = frame.groupby(["seed", "model"])["score"].mean().unstack()[models]
-    rhos = [float(x.corr(row, method="spearman")) for _, row in per_seed.iterrows()]
-    return {"models": models, "rho": float(x.corr(per_seed.mean(), method="spearman")), "per_seed": rhos}
-
-
-# ----------------------------------------------------------------------------------------- capability
-def capability(model_name: str, texts: Sequence[str], *, causal: bool, batch_size: int = 16,
-               device: str = "cpu") -> dict:
-    """Parameter count of a text model and, for a causal LM (``causal``), its perplexity on ``texts``.
-
-    Perplexity = exp(mean negative log-likelihood per predicted token), each text scored after the model's
-    BOS token when it has one (padding masked out). An encoder gets ``perplexity = None`` (a masked LM has
-    no comparable left-to-right likelihood). Cached as JSON under the cache folder, keyed by the model
-    identity and the texts.
-    """
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
-
-    from lib.core.atomic import write_json
-    from lib.core.models import resolve
-    from lib.core.paths import cache_root
-
-    resolved = resolve(model_name, "transformers")
-    key = hashlib.sha256(json.dumps([resolved.identity, list(texts), causal, "lm_head-v2"],
-                                    sort_keys=True).encode()).hexdigest()[:20]
-    path = cache_root() / "viterb" / f"capability-{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    result = {"model": model_name, "causal": causal, "perplexity": None, "texts": len(texts)}
-    if not causal:
-        model = AutoModel.from_pretrained(resolved.load_path)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(resolved.load_path)
-        tokenizer.padding_side = "right"
-        tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-        model, info = AutoModelForCausalLM.from_pretrained(resolved.load_path, dtype=torch.float32,
-                                                           output_loading_info=True)
-        model = model.eval().to(device)
-        if any(k.startswith("lm_head") for k in info["missing_keys"]):
-            # A checkpoint without an output layer (the offline Qwen2.5-0.5B): transformers would score with a
-            # randomly initialised one. Such models tie it to the input embeddings (Qwen2.5-0.5B's own config:
-            # tie_word_embeddings true), so tie it, and say so.
-            model.lm_head.weight = model.get_input_embeddings().weight
-            result["lm_head"] = "tied to the input embeddings (absent from the checkpoint)"
-        nll, count = 0.0, 0
-        with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True).to(device)
-                ids, mask = batch["input_ids"], batch["attention_mask"]
-                if tokenizer.bos_token_id is not None and not bool((ids[:, 0] == tokenizer.bos_token_id).all()):
-                    bos = torch.full((len(ids), 1), tokenizer.bos_token_id, dtype=ids.dtype, device=ids.device)
-                    ids, mask = torch.cat([bos, ids], 1), torch.cat([torch.ones_like(bos), mask], 1)
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-                losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-                keep = mask[:, 1:].bool()
-                nll, count = nll + float(losses[keep].sum()), count + int(keep.sum())
-        result.update(perplexity=float(torch.exp(torch.tensor(nll / count))), tokens=count)
-    result["params"] = sum(p.numel() for p in model.parameters())
-    del model
-    write_json(path, result)
-    return result
-
-
 # ------------------------------------------------------------------------------ the paper and the claims
 # Table 1 of the paper (file 000, §5): ViTeRB score (%) per language model and text type. Caption: "Decoder-based
 # language models outperform encoder-based architectures across all types of input data. Llama-3 8B is used for
@@ -444,10 +337,10 @@ def _capability_claim(cfg: Config, runs: Runs, perplexity: dict[str, float | Non
                 "this one pair, by the rule; it says nothing about a trend")
     else:  # Spearman's rho per seed between capability (minus perplexity) and score, against no correlation
         found = rank_correlation(runs, {m: -p for p, m in ranked}, **_main())
-        comparison, names = versus(found["per_seed"], 0.0), (f"Spearman rho over {len(models)} decoders", "no correlation")
-        note = (f"{len(models)} decoders (a rank correlation is only clear if every seed agrees); rho of the seed means "
-                f"{found['rho']:+.2f}, per seed " + ", ".join(f"{r:+.2f}" for r in found["per_seed"]) + "; perplexity "
-                + ", ".join(f"{m} {p:.1f}" for p, m in ranked))
+        comparison = rank_comparison(found["per_seed"], found["measure"], found["score"])
+        names = (f"Spearman rho over {len(models)} decoders", "no correlation")
+        note = (f"{len(models)} decoders, so the permutation test has {math.factorial(len(models))} orderings; "
+                "perplexity " + ", ".join(f"{m} {p:.1f}" for p, m in ranked))
     return Claim("capability_predicts_alignment", "more capable language models align better with vision (lower "
                  "perplexity on held-out text here; MMLU in the paper)", "Figure 1; §5",
                  comparison, names, paper_value="positive correlation with MMLU (R² 0.101 excl. Phi-3, as printed)",
@@ -460,10 +353,13 @@ def _size_claim(runs: Runs, params: dict[str, float]) -> Claim | None:
     found = rank_correlation(runs, params, **_main())
     return Claim("size_predicts_alignment", "larger language models align better with vision (capability measured "
                  f"by the parameter count, all {len(found['models'])} models, encoders and decoders)", "Figure 1; §5",
-                 versus(found["per_seed"], 0.0), (f"Spearman rho over {len(found['models'])} models", "no correlation"),
+                 rank_comparison(found["per_seed"], found["measure"], found["score"]),
+                 (f"Spearman rho over {len(found['models'])} models", "no correlation"),
                  paper_value="positive correlation with MMLU (R² 0.101 excl. Phi-3, as printed)",
-                 diagnosis=f"rho of the seed means {found['rho']:+.2f}; per seed "
-                           + ", ".join(f"{r:+.2f}" for r in found["per_seed"]), scale=1.0, unit="")
+                 diagnosis="score by size: " + ", ".join(
+                     f"{m} ({params[m] / 1e6:.0f}M) {100 * v:.2f} %"
+                     for m, v in sorted(zip(found["models"], found["score"]), key=lambda mv: params[mv[0]])),
+                 scale=1.0, unit="")
 
 
 def _means(runs: Runs, key: str, **where) -> str:

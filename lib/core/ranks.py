@@ -1,0 +1,119 @@
+"""Rank correlations across models, and when one counts: Spearman's rho, exact permutation p-values and the verdict
+rule for a claim such as "more capable language models align better" (the ViTeRB chapter, "Capability and the score").
+
+Why not :data:`lib.core.results.RULE` alone: there the seeds are the sample, but a correlation across models has the
+*models* as its sample; seeds that agree perfectly say nothing when three models can be ordered in only six ways.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lib.core.results import Comparison, Runs, Summary, summarise
+
+__all__ = ["RANK_RULE", "spearman", "permutation_p", "RankComparison", "rank_comparison", "rank_correlation"]
+
+RANK_RULE = ("A rank correlation between a measure and a score over n models is clear when every seed's Spearman "
+             "rho has the same sign as the rho of the seed means and an exact permutation test over the n models "
+             "(all n! orderings) gives p < 0.05 for that sign; with 3 models no ordering can reach it (the smallest "
+             "p is 1/6). The seeds only vary training: the models are the sample.")
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):  # ties share their mean rank
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (Pearson's r of the ranks, ties at their mean rank); NaN when a side is constant."""
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"spearman needs two sequences of equal length >= 2, got {len(x)} and {len(y)}")
+    rx, ry = _ranks(list(x)), _ranks(list(y))
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else float("nan")
+
+
+def permutation_p(x: Sequence[float], y: Sequence[float], *, exact_up_to: int = 8,
+                  samples: int = 20_000) -> tuple[float, float]:
+    """One-sided p-values of Spearman's rho: (P[rho >= observed], P[rho <= observed]) when ``y`` is shuffled over
+    the models. Exact (all n! orderings) up to ``exact_up_to`` models, else ``samples`` seeded random orderings."""
+    observed = spearman(x, y)
+    if math.isnan(observed):
+        return 1.0, 1.0
+    if len(y) <= exact_up_to:
+        orderings = list(itertools.permutations(y))
+    else:
+        rng = random.Random(0)
+        orderings = [rng.sample(list(y), len(y)) for _ in range(samples)]
+    rhos = [spearman(x, o) for o in orderings]
+    tolerance = 1e-12
+    return (sum(r >= observed - tolerance for r in rhos) / len(rhos),
+            sum(r <= observed + tolerance for r in rhos) / len(rhos))
+
+
+@dataclass(frozen=True)
+class RankComparison(Comparison):
+    """A rank correlation against "no correlation" by :data:`RANK_RULE`: ``a`` holds the per-seed rhos, ``rho``
+    is the rho of the seed means over ``n`` models and ``p`` the permutation p-value for its sign."""
+
+    rho: float = float("nan")
+    p: float = 1.0
+    n: int = 0
+
+    def says(self, name_a: str, name_b: str, scale: float = 1.0, unit: str = "") -> str:
+        seeds = ", ".join(f"{v:+.2f}" for v in self.a.values)
+        head = (f"{name_a}: rho {self.rho:+.2f} over {self.n} models (per seed {seeds}), exact permutation "
+                f"p = {self.p:.3f}")
+        if self.outcome == "unknown":
+            return f"{head}: too few seeds to judge"
+        if self.outcome == "tie":
+            return f"{head}: no clear correlation ({RANK_RULE.split(';')[0].lower()})"
+        return f"{head}: a clear {'positive' if self.outcome == 'a' else 'negative'} rank correlation"
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "rho": self.rho, "p": self.p, "n": self.n}
+
+
+def rank_comparison(per_seed: Iterable[float], measure: Sequence[float], score: Sequence[float]) -> RankComparison:
+    """:data:`RANK_RULE` on per-seed rhos and on the seed-mean ``score`` of each model against its ``measure``."""
+    a = summarise(per_seed)
+    rho = spearman(measure, score)
+    p_up, p_down = permutation_p(measure, score)
+    b = Summary((0.0,) * max(a.n, 2))
+    if a.n < 2 or math.isnan(rho):
+        return RankComparison(a, b, None, "unknown", rho, min(p_up, p_down), len(score))
+    p = p_up if rho > 0 else p_down
+    agree = all(v > 0 for v in a.values) if rho > 0 else all(v < 0 for v in a.values)
+    outcome = ("a" if rho > 0 else "b") if agree and p < 0.05 else "tie"
+    return RankComparison(a, b, None, outcome, rho, p, len(score))
+
+
+def rank_correlation(runs: Runs, capability: dict[str, float], *, by: str = "model", metric: str = "score",
+                     **where) -> dict:
+    """Spearman's rank correlation between a capability measure (model label -> value, higher = more capable)
+    and a run metric: ``rho`` of the means over seeds, ``per_seed`` (one rho per seed, each over the models'
+    values at that seed), and the ``measure`` and seed-mean ``score`` per model (for :func:`rank_comparison`).
+    ``by`` is the runs' column naming the model, ``where`` selects the runs."""
+    import pandas as pd
+
+    frame = runs.where(**where).frame()
+    models = [m for m in capability if m in set(frame[by])]
+    x = pd.Series([capability[m] for m in models], index=models, dtype=float)
+    per_seed = frame.groupby(["seed", by])[metric].mean().unstack()[models]
+    rhos = [float(x.corr(row, method="spearman")) for _, row in per_seed.iterrows()]
+    return {"models": models, "rho": float(x.corr(per_seed.mean(), method="spearman")), "per_seed": rhos,
+            "measure": [float(v) for v in x], "score": [float(v) for v in per_seed.mean()]}

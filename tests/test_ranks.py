@@ -1,0 +1,35 @@
+"""lib.core.ranks: Spearman's rho, exact permutation p-values, and the verdict a rank correlation gets."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_spearman_matches_pandas_with_ties():
+    import pandas as pd
+
+    from lib.core.ranks import spearman
+
+    x, y = [1, 2, 2, 4, 5, 9], [3.0, 1.0, 4.0, 1.0, 5.0, 9.0]
+    assert spearman(x, y) == pytest.approx(pd.Series(x).corr(pd.Series(y), method="spearman"))
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_permutation_p_is_exact_over_all_orderings():
+    from lib.core.ranks import permutation_p
+
+    assert permutation_p([1, 2, 3], [1, 2, 3]) == pytest.approx((1 / 6, 1.0))
+    assert permutation_p([1, 2, 3, 4, 5], [5, 4, 3, 2, 1]) == pytest.approx((1.0, 1 / 120))
+
+
+def test_rank_comparison_needs_significance_and_every_seed_on_its_side():
+    from lib.core.ranks import rank_comparison
+    from lib.core.results import Claim
+
+    rising = rank_comparison([0.9, 1.0, 0.9], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5])
+    assert rising.outcome == "a" and rising.p == pytest.approx(1 / 120)
+    assert rank_comparison([0.9, -0.1, 0.9], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]).outcome == "tie"  # a seed disagrees
+    assert rank_comparison([1.0, 1.0, 1.0], [1, 2, 3], [1, 2, 3]).outcome == "tie"  # 3 models: p >= 1/6
+    falling = rank_comparison([-1.0, -1.0], [1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
+    claim = Claim("c", "s", "r", falling, ("rho", "none"), scale=1.0, unit="")
+    assert claim.verdict == "not reproduced" and "a clear negative rank correlation" in claim.evidence
+    assert claim.as_dict()["comparison"]["p"] == pytest.approx(1 / 120)
