@@ -81,7 +81,7 @@ class RankComparison(Comparison):
         if self.outcome == "unknown":
             return f"{head}: too few seeds to judge"
         if self.outcome == "tie":
-            return f"{head}: no clear correlation ({RANK_RULE.split(';')[0].lower()})"
+            return f"{head}: no clear correlation (p >= 0.05, or a seed on the other side: RANK_RULE)"
         return f"{head}: a clear {'positive' if self.outcome == 'a' else 'negative'} rank correlation"
 
     def as_dict(self) -> dict:
