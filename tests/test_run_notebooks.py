@@ -89,3 +89,14 @@ def test_the_closure_follows_imports_transitively_with_their_packages(tmp_path, 
     monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
     found = {p.relative_to(tmp_path / "lib").parts for p in run_notebooks.lib_closure(notebook)}
     assert found == set(files) - {("pkg", "unused.py")}
+
+
+@pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
+def test_the_committed_outputs_come_from_the_current_inputs(source):
+    """The book shows what the code computes now: each committed notebook was executed from its current source,
+    config and lib modules, in the config it is shown in (else `make book` would re-execute it)."""
+    shown = run_notebooks.shown_configs()[source.stem]
+    committed = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    assert committed.metadata.get("book", {}).get("fingerprint") == run_notebooks.fingerprint(source, shown), (
+        f"{source.stem}: its inputs changed since its committed run; re-execute it: "
+        f"python -m tools.run_notebooks {source.stem}")
