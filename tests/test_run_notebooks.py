@@ -100,3 +100,19 @@ def test_the_committed_outputs_come_from_the_current_inputs(source):
     assert committed.metadata.get("book", {}).get("fingerprint") == run_notebooks.fingerprint(source, shown), (
         f"{source.stem}: its inputs changed since its committed run; re-execute it: "
         f"python -m tools.run_notebooks {source.stem}")
+
+
+def test_nbval_compares_outputs_only_of_notebooks_shown_in_the_config_it_runs():
+    import importlib.util
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    shown = run_notebooks.shown_configs()
+    items = [SimpleNamespace(path=ROOT / "notebooks" / f"{name}.ipynb", options=defaultdict(bool, check=True))
+             for name in shown]
+    test_file = SimpleNamespace(path=ROOT / "tests" / "test_layout.py")
+    root_conftest.pytest_collection_modifyitems(None, [*items, test_file])
+    assert {Path(i.path).stem: i.options["check"] for i in items} == {n: c == "small" for n, c in shown.items()}

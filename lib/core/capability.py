@@ -1,8 +1,9 @@
 """How capable a text model is, measured rather than assumed: its parameter count and, for a causal LM, its
-perplexity on held-out text. The ViTeRB chapter plots its score against both ("Capability and the score").
+perplexity on held-out text. The ViTeRB chapter plots its score against both.
 
 Why measured: the medium config's Qwen models are Coder-Instruct variants and its checkpoints are converted from
 quantised files, so neither the name nor the size says how well a model models English.
+See notebooks/viterb.py, section "Does a more capable language model see better?".
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Rank correlations across models, and when one counts: Spearman's rho, exact permutation p-values and the verdict
-rule for a claim such as "more capable language models align better" (the ViTeRB chapter, "Capability and the score").
+rule for a claim such as "more capable language models align better".
 
 Why not :data:`lib.core.results.RULE` alone: there the seeds are the sample, but a correlation across models has the
 *models* as its sample; seeds that agree perfectly say nothing when three models can be ordered in only six ways.
+See notebooks/viterb.py, section "Does a more capable language model see better?".
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Training a contrastive method on classes that have several texts each (ViTeRB: "every text is a target").
-See notebooks/viterb.py, "Train on seen classes, score on unseen ones".
+See notebooks/viterb.py, section "Train on seen classes, score on unseen ones".
 """
 from __future__ import annotations
 
