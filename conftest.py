@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
-ROOT = Path(__file__).resolve().parent
-
 
 def pytest_collection_modifyitems(config, items):
-    shown = yaml.safe_load((ROOT / "book" / "configs.yaml").read_text(encoding="utf-8")) or {}
+    from tools.run_notebooks import shown_configs
+
+    shown = shown_configs()
     for item in items:
         path = Path(str(getattr(item, "path", getattr(item, "fspath", ""))))
         options = getattr(item, "options", None)

@@ -15,7 +15,6 @@ import re
 import shutil
 
 import pytest
-import yaml
 
 from conftest import SESSION_START
 from tools import results_page
@@ -69,7 +68,9 @@ def test_the_chapter_as_run_now_still_writes_every_metric_the_page_needs(chapter
     fresh = results_page.ROOT / "notebooks" / "runs" / chapter / "metrics.json"
     if not fresh.is_file() or fresh.stat().st_mtime < SESSION_START:
         pytest.skip(f"{chapter} was not run by nbval in this session (run `make test`, which runs it first)")
-    shown = yaml.safe_load((results_page.ROOT / "book" / "configs.yaml").read_text(encoding="utf-8"))[chapter]
+    from tools.run_notebooks import shown_configs
+
+    shown = shown_configs()[chapter]
     if shown != "small":  # the page reads the committed run of that config (test_committed_page_is_the_rendering_...)
         pytest.skip(f"{chapter} is shown in {shown}; its page metrics come from that run, not nbval's small one")
     metrics = json.loads(fresh.read_text(encoding="utf-8"))

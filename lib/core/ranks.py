@@ -109,12 +109,15 @@ def rank_correlation(runs: Runs, capability: dict[str, float], *, by: str = "mod
     and a run metric: ``rho`` of the means over seeds, ``per_seed`` (one rho per seed, each over the models'
     values at that seed), and the ``measure`` and seed-mean ``score`` per model (for :func:`rank_comparison`).
     ``by`` is the runs' column naming the model, ``where`` selects the runs."""
-    import pandas as pd
-
     frame = runs.where(**where).frame()
     models = [m for m in capability if m in set(frame[by])]
-    x = pd.Series([capability[m] for m in models], index=models, dtype=float)
+    measure = [float(capability[m]) for m in models]
     per_seed = frame.groupby(["seed", by])[metric].mean().unstack()[models]
-    rhos = [float(x.corr(row, method="spearman")) for _, row in per_seed.iterrows()]
-    return {"models": models, "rho": float(x.corr(per_seed.mean(), method="spearman")), "per_seed": rhos,
-            "measure": [float(v) for v in x], "score": [float(v) for v in per_seed.mean()]}
+    score = [float(v) for v in per_seed.mean()]
+
+    def rho(values) -> float:  # a model without a run at some seed drops out of that seed's rho (as in pandas)
+        kept = [(m, float(v)) for m, v in zip(measure, values) if v == v]
+        return spearman(*zip(*kept)) if len(kept) >= 2 else float("nan")
+
+    return {"models": models, "rho": rho(score), "per_seed": [rho(list(row)) for _, row in per_seed.iterrows()],
+            "measure": measure, "score": score}
