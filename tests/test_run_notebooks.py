@@ -36,9 +36,26 @@ def test_a_bad_configs_file_names_itself_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_the_fingerprint_changes_with_the_shown_config():
-    source = run_notebooks.chapters()[0]
+    source = run_notebooks.ROOT / "notebooks" / "sharelock.py"
     assert run_notebooks.fingerprint(source, "small") != run_notebooks.fingerprint(source, "medium")
     assert run_notebooks.fingerprint(source, "medium") == run_notebooks.fingerprint(source, "medium")
+
+
+def test_the_fingerprint_reads_only_the_shown_section_of_the_config(tmp_path, monkeypatch):
+    (tmp_path / "notebooks" / "configs").mkdir(parents=True)
+    config = tmp_path / "notebooks" / "configs" / "chapter.yaml"
+    source = tmp_path / "notebooks" / "chapter.py"
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+
+    def section(small_steps, medium_steps):
+        config.write_text(f"small:\n  steps: {small_steps}\nmedium:\n  steps: {medium_steps}\n", encoding="utf-8")
+        return run_notebooks.config_section(source, "medium")
+
+    shown = section(10, 100)
+    assert section(5, 100) == shown          # CI's small section changed: the medium outputs still hold
+    assert section(10, 200) != shown         # the shown section changed: re-execute
+    with pytest.raises(SystemExit, match="chapter.yaml has no `full` section, but book/configs.yaml shows chapter"):
+        run_notebooks.config_section(source, "full")
 
 
 def test_the_injected_parameters_cell_is_removed_and_nothing_else():
