@@ -236,7 +236,7 @@ speed_table.set_index("model")
 
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
-plan = (flame_medium if medium else flame).feature_plan(cfg, bench)
+plan = flame.feature_plan(cfg, bench)  # the medium config's plan: lib.chapters.flame_medium.feature_plan
 found = features.materialise(store, plan, device=cfg.device)
 feats = (flame_medium.MediumFeatures if medium else flame.ChapterFeatures)(cfg, bench, found)
 print(found.summary())
@@ -451,7 +451,7 @@ if locales:
 # caption for the three facets with SmolLM2-135M on 2 CPU cores, so the run uses fixed seeded subsets of the
 # splits (`lib.chapters.flame_medium.subsets`; the same rows for every method and seed): {glue:md}`medium_sizes`.
 # Every method trains under one budget rule: AdamW, batch 256, evaluated on the validation subset every 25 steps,
-# stopped after 8 evaluations without improvement, the best weights kept. A run whose best evaluation is its first
+# stopped after 6 evaluations without improvement (at most 600 steps), the best weights kept. A run whose best evaluation is its first
 # has not trained (the ShareLock chapter counts such *stuck* runs): {glue:md}`medium_stuck`.
 #
 # Besides the unseen concepts (zero-shot among all {glue:md}`medium_classes` unseen concepts, chance
@@ -609,7 +609,7 @@ if len(coincidences):
 # | position ids | each facet as its own pass | *contiguous* across facets (facets 2..K differ from separate passes) | *reset*: checked equal to separate passes above; `positions: contiguous` reproduces the code |
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached image feature; only the MLP trains (small: hidden 1,024, on one pooled vector) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE (summed over images as printed), τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 averaged over the batch (a constant factor); the sigmoid loss compared (all K positives) |
-# | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128; medium: the same AdamW, batch 256, early stopping on validation loss (every 25 steps, patience 8) |
+# | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128; medium: the same AdamW, batch 256, at most 600 steps, early stopping on validation loss (every 25 steps, patience 6) |
 # | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions; medium: a seeded 3,000 of the medium corpus's 11,416 training drawings with long captions |
 # | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant; medium adds Tux Paint photos and Tux Paint's sentences in four more languages |
 # | headline | ImageNet 36.0 (CLIP 16.0, Table 3); Urban-1k T2I R@1 41.3 → 66.6 with 1 → 7 prompts (Table 6); multilingual ImageNet 40.6 vs CLIP 19.2 (Table 4) | — | this run, below |
