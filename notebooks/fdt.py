@@ -321,7 +321,7 @@ pd.Series({name: f"{100 * p:.2f} %" for name, p in chance.items()}, name="chance
 # %%
 plot = runs.frame().melt(id_vars=["head", "seed"], value_vars=[f"{s.name}/acc1" for s in zero_sets],
                          var_name="test set", value_name="top-1")
-fig, axes = plt.subplots(1, len(zero_sets), figsize=(5 * len(zero_sets), 3.8), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, len(zero_sets), figsize=(min(5 * len(zero_sets), 10), 3.8), sharey=True, squeeze=False)
 for axis, labelled in zip(axes[0], zero_sets):
     sns.barplot(data=plot[plot["test set"] == f"{labelled.name}/acc1"], y="head", x="top-1", errorbar="sd", ax=axis,
                 color="steelblue")
@@ -569,7 +569,7 @@ if curve is not None:
                      for size in sorted({r["train_pairs"] for r in curve}) for h in ("FDT", "pooled")})
 notebook.glue("runtime", notebook.runtime(started), markdown=True)
 notebook.glue("config_name", config, markdown=True)
-ablation = [r for r in stuck if r["head"] in ("FDT", "softmax")]
+ablation = [r for r in stuck if r["head"] in ("FDT", "softmax") and r.get("train_pairs", len(bench.train)) == len(bench.train)]
 notebook.glue("both_trained", "both heads train: no FDT or softmax run has its best step at the first evaluation (best "
               "steps in the table above)" if not ablation else f"{len(ablation)} of the FDT and softmax runs have their "
               "best step at the first evaluation (section \"Checks\"): those runs did not train", markdown=True)
