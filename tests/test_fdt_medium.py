@@ -30,6 +30,18 @@ def test_training_subsets_are_nested_and_seeded():
     assert fdt_medium.training_subset(100, 100) is None and fdt_medium.training_subset(100, None) is None
 
 
+def test_subset_settings_validate_once_an_epoch_with_the_same_patience_in_steps():
+    from lib.core.config import TrainSettings
+
+    whole = TrainSettings(steps=2000, batch_size=256, eval_every=50, patience=5)
+    small = fdt.subset_settings(whole, 1427)  # 5 batches an epoch
+    assert (small.eval_every, small.patience) == (5, 50) and small.steps == whole.steps
+    mid = fdt.subset_settings(whole, 2854)   # 11 batches an epoch
+    assert mid.eval_every == 11 and mid.patience * mid.eval_every >= whole.patience * whole.eval_every
+    assert fdt.subset_settings(whole, 100_000).eval_every == 50  # never less often than the whole set's rule
+    assert fdt.subset_settings(whole, 300).eval_every == 5      # never more often than every 5 steps
+
+
 def _runs(rows):
     runs = Runs()
     for r in rows:
