@@ -428,18 +428,9 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 # %%
 locales = list(flame.label_sets(cfg, bench))
 if locales:
-    multilingual = {f"labels:{loc}/acc1": loc for loc in locales}
-    display(main.table(list(multilingual), by=["method"], labels=multilingual).set_index("method"))
-    long_form = main.frame().melt(id_vars=["method", "seed"], value_vars=list(multilingual), var_name="language",
-                                  value_name="top-1").replace({"language": multilingual})
-    fig, axis = plt.subplots(figsize=(9, 3.4))
-    sns.barplot(data=long_form, x="language", y="top-1", hue="method", errorbar="sd", ax=axis)
-    notebook.chance_line(axis, chance["zero-shot"])
-    notebook.percent_axis(axis, "y")
-    axis.set(xlabel="CLDR label language (every model trained on English captions)",
-             ylabel=f"top-1 among {len(zero_shot_set.classnames)}", title="Unseen concepts classified by their labels")
-    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
-    plt.tight_layout()
+    display(flame_medium.language_bars(main, {f"labels:{loc}/acc1": loc for loc in locales}, chance["zero-shot"],
+                                       len(zero_shot_set.classnames), "CLDR label language (every model trained on "
+                                       "English captions)", "Unseen concepts classified by their labels"))
 
 # %% [markdown]
 # ## The medium config: more concepts, longer descriptions, five languages
@@ -478,18 +469,10 @@ if medium:
 
 # %%
 if medium:
-    tux_labels = {f"tux:{loc}/acc1": loc for loc in cfg.tux_locales}
-    display(main.table(list(tux_labels), by=["method"], labels=tux_labels).set_index("method"))
-    long_form = main.frame().melt(id_vars=["method", "seed"], value_vars=list(tux_labels), var_name="language",
-                                  value_name="top-1").replace({"language": tux_labels})
-    fig, axis = plt.subplots(figsize=(9, 3.4))
-    sns.barplot(data=long_form, x="language", y="top-1", hue="method", errorbar="sd", ax=axis)
-    notebook.chance_line(axis, medium_findings["chance_tux"])
-    notebook.percent_axis(axis, "y")
-    axis.set(xlabel="language of the class sentence (every model trained on English captions)",
-             ylabel=f"top-1 among {len(feats.tux_images.classnames)}", title="Tux Paint stamps classified by their sentences")
-    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
-    plt.tight_layout()
+    display(flame_medium.language_bars(main, {f"tux:{loc}/acc1": loc for loc in cfg.tux_locales},
+                                       medium_findings["chance_tux"], len(feats.tux_images.classnames),
+                                       "language of the class sentence (every model trained on English captions)",
+                                       "Tux Paint stamps classified by their sentences"))
 
 # %% [markdown]
 # **Facets on longer descriptions.** The small config found the three facets of an emoji caption nearly

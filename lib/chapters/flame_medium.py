@@ -26,7 +26,7 @@ from lib.data.datasets import Benchmark, Labelled
 
 __all__ = ["MediumConfig", "load_config", "subsets", "tux_multilingual", "text_sets", "feature_plan", "MediumFeatures",
            "run", "stuck_runs", "data_size_curve", "curve_frame", "curve_trend", "claims", "findings",
-           "facet_similarity_by_source", "translation_match", "SUBSET_SEED"]
+           "facet_similarity_by_source", "translation_match", "language_bars", "SUBSET_SEED"]
 
 SUBSET_SEED = 20240917  # the permutation of every split's rows (the ShareLock chapter's training_subset seed)
 
@@ -293,3 +293,24 @@ def findings(cfg: MediumConfig, bench: Benchmark, runs: Runs) -> dict[str, float
                 "chance_tux_photo": 1 / len(bench.zero_shot[1].classnames), "chance_tux": 1 / len(images.classnames),
                 "chance_openclipart_retrieval": 1 / n_openclipart})
     return out
+
+
+def language_bars(runs: Runs, labels: dict[str, str], chance: float, classes: int, xlabel: str, title: str):
+    """Top-1 by language, one bar per method (mean ± sd over seeds), with chance: the small config's CLDR labels
+    and the medium config's Tux Paint sentences are drawn alike. Returns the table of means ± sd per method."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from lib.core import notebook
+
+    long_form = runs.frame().melt(id_vars=["method", "seed"], value_vars=list(labels), var_name="language",
+                                  value_name="top-1").replace({"language": labels})
+    fig, axis = plt.subplots(figsize=(9, 3.4))
+    sns.barplot(data=long_form, x="language", y="top-1", hue="method", errorbar="sd", ax=axis)
+    notebook.chance_line(axis, chance)
+    notebook.percent_axis(axis, "y")
+    axis.set(xlabel=xlabel, ylabel=f"top-1 among {classes}", title=title)
+    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
+    plt.tight_layout()
+    return runs.table(list(labels), by=["method"], labels=labels).set_index("method")
+
