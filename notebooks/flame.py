@@ -456,7 +456,8 @@ if locales:
 
 # %%
 if medium:
-    display(runs.frame().groupby(["method", "facets"], dropna=False)[["best_step", "train_s"]].agg(["min", "mean", "max"])
+    per_run = runs.frame().assign(facets=lambda f: f["facets"].map(lambda k: "–" if pd.isna(k) else f"{int(k)}"))
+    display(per_run.groupby(["method", "facets"])[["best_step", "train_s"]].agg(["min", "mean", "max"])
             .round(1).rename(columns={"best_step": "best step", "train_s": "training seconds"}))
     extra = {"tux-photo/acc1": f"Tux Paint photo-like, {len(bench.zero_shot[1].classnames)} unseen classes",
              "retrieval-openclipart/image_retrieval_recall@1": "text→image R@1, Openclipart rows",
