@@ -45,3 +45,15 @@ def test_table_and_trend_follow_the_rule_at_each_size():
         "A − B in points, by training pairs: 100: -10.0 (B ahead); 400: +0.0; 1,600: +10.0 (A ahead)")
     one = Runs([r for r in _curve() if r["train_pairs"] == 100])
     assert curves.trend(one, "score", {"method": "a"}, {"method": "b"}, ("A", "B")) == ""
+
+
+def test_subset_settings_validate_once_an_epoch_with_the_same_patience_in_steps():
+    from lib.core.config import TrainSettings
+
+    whole = TrainSettings(steps=1200, batch_size=256, eval_every=50, patience=4)
+    small = curves.subset_settings(whole, 1356)  # 5 batches an epoch
+    assert (small.eval_every, small.patience, small.steps) == (5, 40, 1200)
+    mid = curves.subset_settings(whole, 2711)    # 10 batches an epoch
+    assert mid.eval_every == 10 and mid.patience * mid.eval_every == whole.patience * whole.eval_every
+    assert curves.subset_settings(whole, 100_000).eval_every == 50  # never less often than the whole set's rule
+    assert curves.subset_settings(whole, 300).eval_every == 5       # never more often than every 5 steps

@@ -4,6 +4,7 @@ metrics of the small-config run (this session's nbval run, or a quick papermill 
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import chapter_metrics
 
 from lib.chapters import three_towers as ch
@@ -95,6 +96,19 @@ def test_medium_selects_on_validation_and_has_a_four_point_curve():
         ch.load_config("medium", {"curve_fractions": [0.0, 1.0]})
 
 
+def test_medium_validates_on_held_out_training_pairs_the_same_for_every_seed():
+    cfg = ch.load_config("medium")
+    assert 0 < cfg.val_holdout < 0.5 and ch.load_config("small").val_holdout == 0
+    keep, held = ch.held_out_rows(1000, 0.05)
+    assert len(held) == 50 and len(keep) == 950 and not set(keep.tolist()) & set(held.tolist())
+    assert sorted(keep.tolist() + held.tolist()) == list(range(1000))
+    assert torch.equal(held, ch.held_out_rows(1000, 0.05)[1])  # no dependence on the training seed
+    assert ch.diagnosis_protocols(cfg) == ("held-out pairs", "validation families")
+    assert ch.diagnosis_protocols(ch.load_config("small"))[0] == "fixed budget"
+    with pytest.raises(ConfigError, match="val_holdout"):
+        ch.load_config("medium", {"val_holdout": 0.6})
+
+
 def test_a_run_that_kept_its_first_evaluation_is_stuck_but_a_fixed_budget_is_not():
     rows = [{"method": "3t", "first_eval": 100, "best_step": 100, "steps_run": 700},   # never improved: stuck
             {"method": "lit", "first_eval": 100, "best_step": 400, "steps_run": 800},
@@ -120,8 +134,10 @@ def test_coverage_groups_are_disjoint_and_name_real_groups():
     from lib.data import emoji
 
     groups = {c.group for c in emoji.load_concepts()}
-    assert set(ch.COVERED) <= groups and set(ch.NOT_COVERED) <= groups
-    assert not set(ch.COVERED) & set(ch.NOT_COVERED)
+    from lib.data.concept_groups import COVERED, NOT_COVERED
+
+    assert set(COVERED) <= groups and set(NOT_COVERED) <= groups
+    assert not set(COVERED) & set(NOT_COVERED)
 
 
 # --------------------------------------------------------------------------- the diagram

@@ -1,12 +1,11 @@
 """The Three Towers chapter: its config, benchmark, feature plan, experiments and claims.
 
-Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models* (NeurIPS 2023):
-an image tower f and a text tower g trained from scratch, a frozen pretrained third tower h = linear(p(I)),
-four heads and three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). This module holds
-what the notebook runs and nothing it shows: the schema of ``notebooks/configs/three_towers.yaml``, the
-features the chapter reads (the third tower's p(I) of every image set: one plan, shared with
-``python -m lib.precompute --chapter three_towers``), the towers' resident inputs (pixels and tokens), one
-training-and-evaluation run, the ablations, the data-size curve, the paper's claims with their verdicts
+Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models* (NeurIPS 2023): an image
+tower f and a text tower g trained from scratch, a frozen pretrained third tower h = linear(p(I)), four heads and
+three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). This module holds what the notebook runs
+and nothing it shows: the config schema, the features the chapter reads (the third tower's p(I) of every image set,
+one plan shared with ``python -m lib.precompute --chapter three_towers``), the towers' resident inputs, one
+training-and-evaluation run, the ablations, the data-size curve and the paper's claims with their verdicts
 (:data:`lib.core.results.RULE`); the method diagram is ``lib.chapters.three_towers_diagram``. See
 notebooks/three_towers.py, sections "The data", "Training", "More data" and "What reproduced, what did not".
 """
@@ -18,20 +17,20 @@ from typing import Literal
 
 import torch
 
-from lib.core import config as configs
-from lib.core import curves, features
+from lib.core import config as configs, curves, features
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Claim, Runs, versus
 from lib.core.train import fit, seed_everything
-from lib.data import benchmarks, datasets
+from lib.data import benchmarks, datasets, pixel_cache
+from lib.data.concept_groups import COVERED, NOT_COVERED, concept_groups
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig, ThreeTowers
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "training_pairs", "feature_plan", "Inputs", "inputs",
            "build", "evaluate", "train_and_evaluate", "alpha_sweep", "claims", "findings",
-           "group_accuracy", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "fixed_budget", "chance", "chance_checks", "shown_metrics", "test_sets", "COVERED", "NOT_COVERED",
+           "group_accuracy", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "diagnosis_protocols", "fixed_budget", "chance", "chance_checks", "shown_metrics", "test_sets", 
            "stuck_runs", "data_size_curve", "CURVE_METRIC"]
 
 NAME = "three_towers"
@@ -51,6 +50,8 @@ class Config:
     (:func:`early_stopping_settings`). ``medium`` instead validates every ``train.eval_every`` steps and keeps
     the lowest validation loss (its 11,416 drawings are not memorised in a few epochs; see the chapter).
     ``curve_fractions``: the shares of the training pairs of the data-size curve (:func:`data_size_curve`).
+    ``val_holdout`` > 0 (``medium``): validate on that share of the training pairs, held out from training
+    (:func:`held_out_rows`), instead of on the validation concept families (see :func:`inputs`).
     """
 
     data: DataConfig
@@ -70,6 +71,7 @@ class Config:
     ablation_seeds: int = 1
     diagnosis_eval_every: int = 25
     curve_fractions: tuple[float, ...] = (1.0,)
+    val_holdout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
@@ -85,6 +87,9 @@ class Config:
         if self.diagnosis_eval_every < 1:
             raise ValueError(f"diagnosis_eval_every must be >= 1, got {self.diagnosis_eval_every}")
         curves.sizes(100, self.curve_fractions)  # each fraction in (0, 1], or one clear message
+        if not 0.0 <= self.val_holdout < 0.5:
+            raise ValueError(f"val_holdout is the share of training pairs held out for validation, in [0, 0.5); "
+                             f"got {self.val_holdout}")
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
@@ -132,6 +137,7 @@ class Inputs:
     test: dict[str, dict[str, torch.Tensor]]
     tokenizer: object
     train_names: tuple[str, ...]
+    family_val: dict[str, torch.Tensor] | None = None  # the validation concept families, when ``val`` is held out
 
     @property
     def third_dim(self) -> int:
@@ -140,6 +146,21 @@ class Inputs:
     @property
     def vocab_size(self) -> int:
         return int(self.tokenizer.vocab_size)
+
+
+HOLDOUT_SEED = 20240917  # one permutation for every training seed: the held-out pairs never change
+
+
+def held_out_rows(total: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training rows, held-out validation rows): a seeded ``fraction`` of ``total`` training pairs held out.
+
+    Why (``medium``): towers trained from scratch learn the words of their training captions; on validation
+    concept *families* (words they never saw) the validation loss rises from the first evaluation for every
+    method, so early stopping there keeps an untrained model. Held-out pairs of the training distribution give a
+    loss that falls while the towers learn. See notebooks/three_towers.py, section "Training"."""
+    held = max(1, round(fraction * total))
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(HOLDOUT_SEED))
+    return order[held:].sort().values, order[:held].sort().values
 
 
 def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=None) -> Inputs:
@@ -154,7 +175,7 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
     def tensors(images, captions: bool) -> dict[str, torch.Tensor]:
         key = f"{images.name}:{captions}"
         if key not in cache:
-            out = {"pixels": tt.pixels(images.load_image, len(images), cfg.image_tower.image_size),
+            out = {"pixels": pixel_cache.cached_pixels(images, cfg.image_tower.image_size, tt.pixels),
                    "third": found.tensor(f"image:{cfg.third.name}:{images.name}")}
             if captions:
                 out.update(tt.tokenize(tokenizer, images.captions, cfg.text_tower.context))
@@ -163,7 +184,13 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
 
     parts = [tensors(p, True) for p in training_pairs(cfg, bench)]
     train = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    return Inputs(train=train, val=tensors(bench.val, True), retrieval=tensors(bench.retrieval, True),
+    if cfg.val_holdout:
+        keep, held = held_out_rows(len(train["pixels"]), cfg.val_holdout)
+        train, val = {k: v[keep] for k, v in train.items()}, {k: v[held] for k, v in train.items()}
+    else:
+        val = tensors(bench.val, True)
+    return Inputs(train=train, val=val, retrieval=tensors(bench.retrieval, True),
+                  family_val=tensors(bench.val, True) if cfg.val_holdout else None,
                   test={s.name: {k: v for k, v in tensors(s, False).items()} for s in bench.zero_shot},
                   tokenizer=tokenizer, train_names=tuple(p.name for p in training_pairs(cfg, bench)))
 
@@ -178,45 +205,13 @@ def build(cfg: Config, data: Inputs, variant: str, **options) -> ThreeTowers:
                        **options)
 
 
-def is_ceiling(name: str) -> bool:
-    """The seen-concept ceiling: zero-shot among concepts the towers trained on (emoji's, medium's)."""
+def is_ceiling(name: str) -> bool:  # the seen-concept ceiling: zero-shot among concepts the towers trained on
     return name.startswith("emoji-seen") or name.startswith("medium-concepts-train")
 
 
 def test_sets(bench: Benchmark) -> list:
     """The zero-shot sets that test transfer (every set but the seen-concept ceiling)."""
     return [s for s in bench.zero_shot if not is_ceiling(s.name)]
-
-
-# ImageNet-1k, the third tower's pretraining labels, names animals, foods, vehicles, buildings and everyday
-# objects; it has no class for a flag, a symbol, a facial expression or a hand gesture. The emoji groups
-# on either side of that line (activities, half sports gear and half events, are on neither side):
-COVERED = ("animals & nature", "food & drink", "travel & places", "objects")
-NOT_COVERED = ("flags", "symbols", "smileys & emotion", "people & body")
-
-
-# The medium corpus's categories on either side of the same line: the emoji sources' CLDR group slugs, and the
-# Openclipart folders whose drawings are plainly one or the other (the rest, e.g. recreation, are on neither side).
-MEDIUM_GROUPS = {"animals-nature": "animals & nature", "food-drink": "food & drink", "travel-places": "travel & places",
-                 "objects": "objects", "flags": "flags", "symbols": "symbols", "smileys-emotion": "smileys & emotion",
-                 "people-body": "people & body", **{f: "objects" for f in ("animals", "food", "plants", "transportation",
-                 "buildings", "tools", "electronics", "containers")}, "signs_and_symbols": "symbols", "people": "people & body"}
-
-
-def concept_groups(labelled) -> list[str] | None:
-    """The group of each image of an emoji or medium set (CLDR group, or :data:`MEDIUM_GROUPS`; None for an image
-    on neither side of the line), or None for other sets."""
-    if labelled.source.get("dataset") == "emoji":
-        from lib.data import emoji
-
-        groups = {c.key: c.group for c in emoji.load_concepts()}
-        return [groups[i.split("/")[0]] for i in labelled.ids]
-    if labelled.name.startswith("medium-"):
-        from lib.data import medium
-
-        rows = {r["id"]: r for r in medium.items()}
-        return [MEDIUM_GROUPS.get(rows[i]["category"]) if rows[i]["source"] != "game-icons" else None for i in labelled.ids]
-    return None
 
 
 @torch.no_grad()
@@ -269,22 +264,24 @@ def fixed_budget(cfg: Config) -> bool:
 
 def early_stopping_settings(cfg: Config) -> TrainSettings:
     """The protocol the chapter's runs do *not* use, for the diagnosis: under a fixed budget, validation every
-    ``diagnosis_eval_every`` steps with the lowest validation loss kept; under early stopping (``medium``), the
-    whole budget with the final weights kept."""
+    ``diagnosis_eval_every`` steps with the lowest validation loss kept; under early stopping on held-out pairs
+    (``medium``), the same rule on the validation concept families (:func:`early_stopping_diagnosis`)."""
     if fixed_budget(cfg):
         return dataclasses.replace(cfg.train, eval_every=cfg.diagnosis_eval_every)
-    return dataclasses.replace(cfg.train, eval_every=cfg.train.steps, patience=None)
+    return cfg.train
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str, seed: int = 0,
                        label: str | None = None, settings: TrainSettings | None = None,
-                       train_pairs: int | None = None, **options) -> tuple[dict, object, ThreeTowers]:
+                       train_pairs: int | None = None, val: dict | None = None,
+                       **options) -> tuple[dict, object, ThreeTowers]:
     """Train one method for the config's budget, then evaluate it.
 
     With ``eval_every = steps`` (``small``) the validation loss is measured once, at the end, and the final
     weights are kept; with a shorter ``eval_every`` (``medium``) the lowest validation loss is kept.
     ``settings`` (e.g. :func:`early_stopping_settings`) replaces ``cfg.train``; ``train_pairs`` trains on the
-    first pairs of a fixed permutation (:func:`lib.core.curves.nested_subset`). Returns the run's row (for
+    first pairs of a fixed permutation (:func:`lib.core.curves.nested_subset`); ``val`` replaces the validation
+    pairs (the diagnosis: :attr:`Inputs.family_val`). Returns the run's row (for
     :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the method.
     """
     total = len(data.train["pixels"])
@@ -292,7 +289,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
     train = data.train if subset is None else {k: v[subset] for k, v in data.train.items()}
     seed_everything(seed)
     method = build(cfg, data, variant, **options)
-    result = fit(method, train, data.val, settings or cfg.train, seed=seed, device=cfg.device, progress=False)
+    result = fit(method, train, data.val if val is None else val, settings or cfg.train, seed=seed,
+                 device=cfg.device, progress=False)
     method.to("cpu")
     evaluations = [r["step"] for r in result.history if r["val_loss"] is not None]
     row = {"method": label or variant, "variant": variant, "seed": seed, "train_pairs": len(train["pixels"]),
@@ -304,26 +302,35 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
     return row, result, method
 
 
+def diagnosis_protocols(cfg: Config) -> tuple[str, str]:  # (the chapter's protocol, the diagnosis's)
+    return ("fixed budget", "validation concepts") if fixed_budget(cfg) else ("held-out pairs", "validation families")
+
+
 def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs, seed: int,
                              histories: dict | None = None):
-    """Each main method trained again under the other protocol (:func:`early_stopping_settings`), beside the
-    chapter's run of the same seed. Returns (table, validation curves of the protocol that validates often: the
-    diagnosis runs under a fixed budget, ``histories`` (the main runs' ``history_frame()``) under early stopping)."""
+    """Each main method trained again under the other protocol (:func:`early_stopping_settings`; ``medium``: on
+    the validation concept families, :attr:`Inputs.family_val`), beside the chapter's run of the same seed.
+    Returns (table: step kept, unseen top-1 and R@1 under each protocol; validation curves per protocol,
+    ``{protocol: {method: history}}``, from the diagnosis runs and ``histories``, the main runs'
+    ``history_frame()``, wherever a protocol validated more than once)."""
     import pandas as pd
 
-    rows, curves_by_variant, fixed = [], {}, fixed_budget(cfg)
+    ours, other = diagnosis_protocols(cfg)
+    rows, val_curves = [], {ours: {}, other: {}}
     for variant in tt.VARIANTS:
-        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg))
+        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg),
+                                            val=data.family_val)
         main = runs.where(method=variant, seed=seed).rows[0]
-        stopped, budget = (row, main) if fixed else (main, row)
-        history = result.history_frame() if fixed else (histories or {}).get(variant)
-        if history is not None:
-            curves_by_variant[variant] = history.dropna(subset=["val_loss"])
-        rows.append({"method": variant, "first evaluation": stopped["first_eval"], "step kept": stopped["best_step"],
-                     **{f"{what}, {label}": f"{100 * r[key]:.1f}" for key, what in
-                        ((f"{bench.zero_shot[0].name}/acc1", "unseen top-1 %"), ("retrieval/mean_recall@1", "R@1 %"))
-                        for label, r in (("lowest val loss", stopped), ("fixed budget", budget))}})
-    return pd.DataFrame(rows).set_index("method"), curves_by_variant
+        for label, history in ((ours, (histories or {}).get(variant)), (other, result.history_frame())):
+            if history is not None and history["val_loss"].notna().sum() > 1:
+                val_curves[label][variant] = history.dropna(subset=["val_loss"])
+        table_row = {"method": variant, "first evaluation": row["first_eval"]}
+        for label, r in ((ours, main), (other, row)):
+            table_row.update({f"step kept, {label}": r["best_step"],
+                              f"unseen top-1 %, {label}": f"{100 * r[f'{bench.zero_shot[0].name}/acc1']:.2f}",
+                              f"R@1 %, {label}": f"{100 * r['retrieval/mean_recall@1']:.2f}"})
+        rows.append(table_row)
+    return pd.DataFrame(rows).set_index("method"), {k: v for k, v in val_curves.items() if v}
 
 
 def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
@@ -342,11 +349,13 @@ def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs) -> 
     lead (or lag) open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused. See
     notebooks/three_towers.py, section "More data"."""
     curve, total = Runs(), len(data.train["pixels"])
-    for size in curves.sizes(total, cfg.curve_fractions):
+    for size in curves.sizes(total, cfg.curve_fractions):  # early stopping: validated once an epoch of the subset
+        settings = None if fixed_budget(cfg) else curves.subset_settings(cfg.train, size)
         for variant in tt.VARIANTS:
             for seed in cfg.seeds:
                 done = [r for r in runs.where(method=variant, seed=seed) if r["train_pairs"] == size]
-                curve.add(done[0] if done else train_and_evaluate(cfg, bench, data, variant, seed, train_pairs=size)[0])
+                curve.add(done[0] if done else train_and_evaluate(cfg, bench, data, variant, seed, train_pairs=size,
+                                                                  settings=settings)[0])
     return curve
 
 

@@ -27,6 +27,18 @@ def nested_subset(rows: int, size: int | None) -> torch.Tensor | None:
     return torch.randperm(rows, generator=torch.Generator().manual_seed(SUBSET_SEED))[:size]
 
 
+def subset_settings(train, rows: int):
+    """The budget rule on a training subset of ``rows`` rows (a ``lib.core.config.TrainSettings`` in and out):
+    validate once an epoch of the subset (never less often than ``eval_every``, never more often than every 5
+    steps) and stop after as many *steps* without improvement as on the whole set. A fixed interval is many
+    epochs of a small subset, by which a model may have overfitted already: its run keeps its first evaluation."""
+    import dataclasses
+
+    every = max(5, min(train.eval_every, rows // max(1, min(train.batch_size, rows))))
+    patience = None if train.patience is None else -(-train.patience * train.eval_every // every)
+    return dataclasses.replace(train, eval_every=every, patience=patience)
+
+
 def sizes(total: int, fractions: Sequence[float]) -> list[int]:
     """The training-set sizes of a curve: each fraction of ``total`` rounded, at least 2, ascending, unique."""
     if not fractions or any(not 0.0 < f <= 1.0 for f in fractions):
