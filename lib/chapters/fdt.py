@@ -5,7 +5,7 @@ weights, and the weighted sum of the codes as the embedding (:class:`lib.methods
 here with a pooled CLIP-style head on the same frozen patch and token features. This module holds the
 schema of ``notebooks/configs/fdt.yaml``, the features the chapter reads (one plan, shared with
 ``python -m lib.precompute --chapter fdt``), the runs, the sparsity measurement at initialisation, the
-claims with their verdicts, and the method diagram. See notebooks/fdt.py, sections "Patch and token
+claims with their verdicts (the method diagram: ``lib.chapters.fdt_figures``). See notebooks/fdt.py, sections "Patch and token
 features", "The FDT head" and "What reproduced, what did not".
 """
 from __future__ import annotations
@@ -25,15 +25,15 @@ from lib.core.evaluate import zero_shot
 from lib.core.results import Claim, Runs, versus
 from lib.core.sequences import SequenceFeatures
 from lib.core.train import fit, seed_everything
-from lib.data import benchmarks
+from lib.data import benchmarks, medium
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, collect_codes, embed_sequences,
                              token_code_scores, weight_encoder)
 
 __all__ = ["NAME", "PAPER_NUMBERS", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config",
            "benchmark", "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled",
-           "zero_shot_metrics", "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows",
-           "grounding_examples", "claims", "findings", "method_diagram"]
+           "zero_shot_metrics", "retrieval", "subset_settings", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows",
+           "grounding_examples", "claims", "findings"]
 
 NAME = "fdt"
 # The paper's numbers the chapter compares with (Table 2: 9-dataset zero-shot average, 15M pairs; Table 8:
@@ -133,17 +133,20 @@ class Config:
     init_probe_items: int = 64
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
+    curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares (medium)
 
     def __post_init__(self) -> None:
         if len(self.init_probe) != 2 or min(self.init_probe) < 1:
             raise ValueError(f"init_probe must be [num_codes, code_dim], got {list(self.init_probe)}")
+        if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):
+            raise ValueError(f"curve_fractions must lie in (0, 1], got {list(self.curve_fractions)}")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names) or {"FDT", "pooled"} & set(names):
             raise ValueError(f"variant names must be distinct and not 'FDT' or 'pooled', got {names}")
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
-    """``small`` / ``full`` of ``notebooks/configs/fdt.yaml`` (or a YAML path), validated."""
+    """``small`` / ``medium`` / ``full`` of ``notebooks/configs/fdt.yaml`` (or a YAML path), validated."""
     return configs.load(NAME, name, Config, overrides)
 
 
@@ -153,9 +156,15 @@ def benchmark(cfg: Config) -> Benchmark:
 
 
 def zero_shot_sets(cfg: Config, bench: Benchmark) -> list:
-    """The headline zero-shot set (unseen emoji concepts / ImageNet) and those ``data.zero_shot`` names."""
+    """The headline zero-shot set (unseen concepts / ImageNet) and those ``data.zero_shot`` names; the medium
+    corpus adds Tux Paint's photo-like stamps of unseen concepts and the validation concepts (whose image
+    features are the validation pairs': the seen-side check that a head learned anything)."""
     chosen = {bench.zero_shot[0].name: bench.zero_shot[0]}
-    chosen.update({s.name: s for s in bench.zero_shot if s.name in cfg.data.zero_shot})
+    chosen.update({s.name: s for s in bench.zero_shot if s.name in cfg.data.zero_shot
+                   or (cfg.data.corpus == "medium" and s.name.startswith("tuxpaint"))})
+    if cfg.data.corpus == "medium":
+        validation = medium.labelled("val", prompts=cfg.data.prompts)  # named as bench.val: one feature entry
+        chosen[validation.name] = validation
     return list(chosen.values())
 
 
@@ -240,19 +249,34 @@ def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_s
                                embed_sequences(encode_text, caption_seqs, **embed))
 
 
+def subset_settings(train: TrainSettings, rows: int) -> TrainSettings:
+    """The budget rule on a smaller training subset (the data-size curve): validate once an epoch of the subset
+    (never less often than ``eval_every``, never more often than every 5 steps) and stop after the same number of
+    *steps* without improvement as on the whole set. A fixed 50-step interval is ~9 epochs of 1,427 pairs: every
+    head had overfitted by its first evaluation, and the run was stuck (notebooks/fdt.py, the medium curve)."""
+    every = max(5, min(train.eval_every, rows // max(1, min(train.batch_size, rows))))
+    patience = None if train.patience is None else -(-train.patience * train.eval_every // every)
+    return dataclasses.replace(train, eval_every=every, patience=patience)
+
+
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
-                       variant: Variant | None = None) -> tuple[dict, object, torch.nn.Module]:
+                       variant: Variant | None = None, subset: torch.Tensor | None = None) -> tuple[dict, object, torch.nn.Module]:
     """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
     pairs), evaluate it zero-shot on :func:`zero_shot_sets` and by retrieval, and for FDT with its weights as
-    features and its active codes. Returns the row (:class:`lib.core.results.Runs`), TrainResult and head."""
+    features and its active codes. ``subset``: train on those training rows only (the data-size curve,
+    ``lib.chapters.fdt_medium``). Returns the row (:class:`lib.core.results.Runs`), TrainResult and head."""
     seed_everything(seed)
     image_dim, text_dim = feats.dims(bench)
     head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
             else build_pooled(cfg.baseline, image_dim, text_dim))
-    result = fit(head, feats.tensors(bench.train), feats.tensors(bench.val), cfg.train, seed=seed, device=cfg.device)
+    train = feats.tensors(bench.train)
+    train = train if subset is None else {k: v[subset] for k, v in train.items()}
+    settings = cfg.train if subset is None else subset_settings(cfg.train, len(subset))
+    result = fit(head, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
     head.eval()
     name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
-    row = {"head": name, "seed": seed, "best_step": result.best_step, "steps_run": result.steps_run,
+    row = {"head": name, "seed": seed, "train_pairs": len(train["image"]), "best_step": result.best_step,
+           "first_eval": min(settings.eval_every, settings.steps), "steps_run": result.steps_run,
            "train_s": round(result.seconds, 1), "best_val_loss": result.best_val_loss,
            "logit_scale": round(float(head.criterion.scale.detach()), 2)}
     evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
@@ -420,50 +444,3 @@ def grounding_examples(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, 
                     "word_scores": token_code_scores(head, "text", *captions.batch([i]), [code])[0, :, 0].numpy()})
     features.release_encoders()
     return out
-
-
-@torch.no_grad()
-def method_diagram(head: FDTHead, image_seqs: SequenceFeatures, text_seqs: SequenceFeatures, item: int = 0):
-    """FDT's codebook flow drawn from a real head run on one item: tokens -> projector -> logits against
-    the shared codebook -> max over tokens -> sparsemax -> weighted sum of the codes -> loss. Every shape
-    and count in the figure is read from the tensors of that forward pass. Returns the figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
-
-    head.eval()
-    fig, axis = plt.subplots(figsize=(10.5, 3.7))
-    axis.set(xlim=(0, 12.6), ylim=(0, 4.4))
-    axis.axis("off")
-
-    def box(x, y, text, colour, w=1.8, h=0.9):
-        axis.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=colour, ec="0.3", lw=1))
-        axis.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9.5)
-        return x, y, w, h
-
-    def arrow(start, end):
-        axis.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color="0.25", lw=1.2))
-
-    projector = "LN-Linear-GELU-\nLN-Linear" if head.projector_kind == "ln_mlp" else "Linear + GELU"
-    scale = f"÷ √{head.code_dim} ÷ {head.temperature:g}" if head.scaled_dot else f"÷ {head.temperature:g}"
-    cx, cy, cw, ch = box(5.3, 1.75, f"shared codebook C\n{head.num_codes} × {head.code_dim}", "#f6d8a8", w=2.0)
-    for modality, seqs, y, colour in (("image", image_seqs, 3.3, "#cfe2f3"), ("text", text_seqs, 0.2, "#d9ead3")):
-        x, mask = seqs.batch([item])
-        q = (head.image_projector if modality == "image" else head.text_projector)(x.to(head.codebook.dtype))
-        codes = head.codes(modality, x, mask)
-        tokens, what = int(mask.sum()), ("patches" if modality == "image" else "word pieces")
-        boxes = [box(0.05, y, f"{tokens} {what}\n× {x.shape[-1]} (frozen)", colour),
-                 box(2.1, y, f"projector\n{projector}\nqueries {q.shape[1]} × {q.shape[2]}", colour),
-                 box(4.15, y, f"⟨q, c⟩ {scale}\n{tokens} × {head.num_codes} logits", colour, w=2.0),
-                 box(6.4, y, f"max over {what}\nrelevance r: {codes.relevance.shape[-1]}", colour),
-                 box(8.45, y, f"{head.weighting}(r)\n{int(codes.active()[0])} of {head.num_codes}\ncodes non-zero", colour),
-                 box(10.5, y, f"w @ C, L2-normalised\nembedding: {codes.embedding.shape[-1]}", colour, w=2.0)]
-        for (xa, ya, wa, ha), (xb, yb, _, hb) in zip(boxes, boxes[1:]):
-            arrow((xa + wa, ya + ha / 2), (xb, yb + hb / 2))
-        edge, far, loss = (cy + ch, y, 2.5) if modality == "image" else (cy, y + 0.9, 1.9)
-        arrow((cx + cw / 2, edge), (boxes[2][0] + boxes[2][2] / 2, far))
-        arrow((cx + cw / 2, edge), (boxes[5][0] + 0.4, far))
-        arrow((11.5, far), (11.5, loss))
-    axis.text(11.5, 2.2, "symmetric InfoNCE\n(image ↔ caption)", ha="center", va="center", fontsize=9,
-              bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
-    axis.set_title("FDT on one held-out pair: every shape and count read from this chapter's head", fontsize=10)
-    return fig

@@ -98,13 +98,15 @@ class Config:
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
-    """``small`` / ``full`` of ``notebooks/configs/flame.yaml`` (or a YAML path), validated."""
+    """``small`` / ``medium`` (:class:`lib.chapters.flame_medium.MediumConfig`) / ``full`` of the YAML, validated."""
+    if name == "medium":
+        from lib.chapters import flame_medium  # it builds on this module
+        return flame_medium.load_config(name, overrides)
     return configs.load(NAME, name, Config, overrides)
 
 
 def short(name: str) -> str:
     return name.split("/")[-1]  # a model's display name: the last part of its id
-
 
 # --- data ------------------------------------------------------------------------------------------------------
 def benchmark(cfg: Config) -> Benchmark:
@@ -162,7 +164,9 @@ def text_sets(cfg: Config, bench: Benchmark) -> dict[str, tuple[list[str], dict]
 def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     """Every feature the notebook reads: the image features of the training, validation, retrieval and
     zero-shot images; the LLM's K facet embeddings of every text set; each baseline's features of the same
-    texts. The text tower from scratch reads tokens, not features."""
+    texts. The text tower from scratch reads tokens, not features. Medium: ``lib.chapters.flame_medium``."""
+    if hasattr(cfg, "tux_locales"):
+        return __import__("lib.chapters.flame_medium", fromlist=["x"]).feature_plan(cfg, bench)
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
     for images in [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]:
         plan.add(features.image(cfg.vision, images, **store))

@@ -1,0 +1,117 @@
+"""The FDT chapter's medium-config experiments: the data-size curve, the stuck-run and above-chance checks, and
+the measured diagnoses of the claims.
+
+Why: on ~11,000 training pairs a comparison can look settled at one size and flip at another, and a head
+whose best validation step is its first evaluation has not trained, so its numbers say nothing about the
+method. This module trains the headline comparison (FDT head vs pooled head) on nested seeded subsets of
+the training pairs (:func:`training_subset`), counts stuck runs, checks every head against chance on the
+validation concepts before its unseen numbers count, and writes each "not reproduced" claim's diagnosis
+from what was measured (the curve, the active codes, the best steps). See notebooks/fdt.py, section
+"More data: FDT vs pooled as the training set grows".
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from lib.core.results import Claim, Runs, versus
+
+__all__ = ["SUBSET_SEED", "training_subset", "data_size_curve", "curve_frame", "curve_trend", "stuck_runs",
+           "above_chance", "diagnose"]
+
+SUBSET_SEED = 20240917  # one permutation for every size and training seed: the subsets are nested
+
+
+def training_subset(rows: int, size: int | None) -> torch.Tensor | None:
+    """The first ``size`` rows of a fixed seeded permutation of the ``rows`` training pairs (None: all).
+    The permutation does not depend on the training seed, so each smaller set is part of every larger one."""
+    if size is None or size >= rows:
+        return None
+    if size < 2:
+        raise ValueError(f"a training subset needs at least 2 pairs, got {size}")
+    return torch.randperm(rows, generator=torch.Generator().manual_seed(SUBSET_SEED))[:size]
+
+
+def data_size_curve(cfg, bench, feats, runs: Runs, train_and_evaluate: Callable) -> Runs:
+    """FDT head vs pooled head at each of ``cfg.curve_fractions`` of the training pairs, every seed, trained by
+    ``train_and_evaluate`` (``lib.chapters.fdt.train_and_evaluate``: a chapter module imports no other); runs
+    already in ``runs`` at the whole set are reused, not retrained."""
+    total, curve = len(bench.train), Runs()
+    for fraction in cfg.curve_fractions:
+        size = max(2, round(fraction * total))
+        for head, kind in (("FDT", "fdt"), ("pooled", "pooled")):
+            for seed in cfg.seeds:
+                done = [r for r in runs.where(head=head, seed=seed) if r["train_pairs"] == size]
+                curve.add(done[0] if done else train_and_evaluate(
+                    cfg, bench, feats, kind, seed, subset=training_subset(total, size))[0])
+    return curve
+
+
+def curve_frame(curve: Runs, metric: str):
+    """One row per training-set size: FDT and pooled mean ± sd (percent) and the rule's outcome."""
+    import pandas as pd
+
+    rows = []
+    for size in sorted({r["train_pairs"] for r in curve}):
+        cmp = curve.compare(metric, {"head": "FDT", "train_pairs": size}, {"head": "pooled", "train_pairs": size})
+        rows.append({"training pairs": size, "FDT %": curve.summary(metric, head="FDT", train_pairs=size).text(),
+                     "pooled %": curve.summary(metric, head="pooled", train_pairs=size).text(),
+                     "FDT − pooled (points)": round(100 * cmp.difference, 1) if cmp.difference is not None else None,
+                     "outcome": {"a": "FDT ahead", "b": "pooled ahead", "tie": "no clear difference"}.get(cmp.outcome,
+                                                                                                      cmp.outcome)})
+    return pd.DataFrame(rows)
+
+
+def curve_trend(curve: Runs, metric: str) -> str:
+    """One sentence: FDT − pooled in points at each training-set size, with who is clearly ahead."""
+    steps = []
+    for size in sorted({r["train_pairs"] for r in curve}):
+        cmp = curve.compare(metric, {"head": "FDT", "train_pairs": size}, {"head": "pooled", "train_pairs": size})
+        if cmp.difference is not None:
+            mark = {"a": " (FDT ahead)", "b": " (pooled ahead)"}.get(cmp.outcome, " (no clear difference)")
+            steps.append(f"{size:,}: {100 * cmp.difference:+.1f}{mark}")
+    return "FDT − pooled in points by training pairs: " + "; ".join(steps) if len(steps) > 1 else ""
+
+
+def stuck_runs(*runs: Runs) -> list[dict]:
+    """Runs whose best validation step is their first evaluation: a head that never improved on what it knew
+    after ``eval_every`` steps has not trained, and its numbers must not be read as its method's. A run in
+    several groups (the curve reuses the whole-set runs) counts once."""
+    rows = {(r["head"], r["seed"], r["train_pairs"]): r for group in runs for r in group}
+    return [r for r in rows.values() if r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+
+
+def above_chance(runs: Runs, labelled, heads) -> dict:
+    """Each head against chance on ``labelled`` (the validation concepts): the rule's outcome, ``"a"`` when
+    the head is clearly above chance (:func:`lib.core.results.versus`)."""
+    chance = 1 / len(labelled.classnames)
+    return {head: versus(runs.values(f"{labelled.name}/acc1", head=head), chance) for head in heads}
+
+
+def diagnose(claims: list[Claim], runs: Runs, curve: Runs | None, metric: str) -> list[Claim]:
+    """The claims with a measured diagnosis for each one not reproduced: the data-size curve for FDT vs
+    pooled; the best steps (did both heads train?) and the active codes per item for sparsemax vs softmax
+    and for FDT against chance."""
+    def codes(head: str) -> str:
+        s = runs.summary("active_codes/image", head=head)
+        t = runs.summary("active_codes/text", head=head)
+        return f"{s.mean:.0f} (image) / {t.mean:.0f} (caption) active codes per item" if s.mean is not None else ""
+
+    def steps(head: str) -> str:
+        return ", ".join(str(v) for v in runs.values("best_step", head=head))
+
+    out = []
+    for claim in claims:
+        note = claim.diagnosis
+        if claim.verdict == "not reproduced":
+            if claim.id == "fdt_beats_pooled" and curve is not None:
+                note = curve_trend(curve, metric)
+            elif claim.id.startswith("sparsemax_beats_softmax"):
+                note = (f"best steps: sparsemax {steps('FDT')}, softmax {steps('softmax')} (first evaluation: "
+                        f"{', '.join(f'{v:.0f}' for v in runs.values('first_eval', head='FDT')[:1])}); sparsemax keeps {codes('FDT')}, softmax every code")
+            elif claim.id == "fdt_above_chance":
+                note = f"best steps of the FDT head: {steps('FDT')}; it keeps {codes('FDT')}"
+        out.append(dataclasses.replace(claim, diagnosis=note))
+    return out

@@ -1,0 +1,86 @@
+"""FDT's medium config: the config validates (sparse-by-construction temperature, a curve, >= 3 seeds, both heads
+of the sparsemax/softmax ablation on every seed); the data-size curve's subsets are nested and seeded; stuck runs
+are counted once; a claim not reproduced gets its measured diagnosis; the medium benchmark's extra zero-shot sets
+read the validation pairs' image entry instead of a new one.
+
+CI does not install the medium data: the test that reads it skips with the command that installs it
+(``tests/test_medium_data.py``'s check)."""
+from __future__ import annotations
+
+import torch
+from test_medium_data import _need_medium
+
+from lib.chapters import fdt, fdt_medium
+from lib.core.results import Runs
+
+
+def test_medium_config_validates():
+    cfg = fdt.load_config("medium")
+    assert cfg.data.corpus == "medium" and len(cfg.seeds) >= 3 and len(cfg.curve_fractions) >= 4
+    assert cfg.fdt.weighting == "sparsemax" and cfg.fdt.temperature == 1000 * cfg.fdt.num_codes / 16384
+    softmax = [v for v in cfg.variants if v.changes() == {"weighting": "softmax"}]
+    assert softmax and softmax[0].seeds == len(cfg.seeds)
+    assert fdt.load_config("small").curve_fractions  # the small section needs no curve field
+
+
+def test_training_subsets_are_nested_and_seeded():
+    small, large = fdt_medium.training_subset(100, 10), fdt_medium.training_subset(100, 40)
+    assert set(small.tolist()) <= set(large.tolist()) and len(set(large.tolist())) == 40
+    assert torch.equal(small, fdt_medium.training_subset(100, 10))
+    assert fdt_medium.training_subset(100, 100) is None and fdt_medium.training_subset(100, None) is None
+
+
+def test_subset_settings_validate_once_an_epoch_with_the_same_patience_in_steps():
+    from lib.core.config import TrainSettings
+
+    whole = TrainSettings(steps=2000, batch_size=256, eval_every=50, patience=5)
+    small = fdt.subset_settings(whole, 1427)  # 5 batches an epoch
+    assert (small.eval_every, small.patience) == (5, 50) and small.steps == whole.steps
+    mid = fdt.subset_settings(whole, 2854)   # 11 batches an epoch
+    assert mid.eval_every == 11 and mid.patience * mid.eval_every >= whole.patience * whole.eval_every
+    assert fdt.subset_settings(whole, 100_000).eval_every == 50  # never less often than the whole set's rule
+    assert fdt.subset_settings(whole, 300).eval_every == 5      # never more often than every 5 steps
+
+
+def _runs(rows):
+    runs = Runs()
+    for r in rows:
+        runs.add({"first_eval": 50, "train_pairs": 1000, **r})
+    return runs
+
+
+def test_stuck_runs_count_a_run_in_two_groups_once():
+    runs = _runs([{"head": "FDT", "seed": 0, "best_step": 50}, {"head": "pooled", "seed": 0, "best_step": 300}])
+    curve = _runs([{"head": "FDT", "seed": 0, "best_step": 50}, {"head": "FDT", "seed": 0, "best_step": 50,
+                                                                  "train_pairs": 100}])
+    assert [(r["head"], r["train_pairs"]) for r in fdt_medium.stuck_runs(runs, curve)] == [("FDT", 1000), ("FDT", 100)]
+
+
+def test_a_claim_not_reproduced_gets_the_curve_as_diagnosis():
+    metric = "unseen/acc1"
+    rows = [{"head": h, "seed": s, "best_step": 200, "train_pairs": n, metric: v + 0.001 * s}
+            for n in (100, 1000) for s in range(3) for h, v in (("FDT", 0.02), ("pooled", 0.08))]
+    curve = _runs(rows)
+    runs = curve.where(train_pairs=1000)
+    claims = fdt.claims(fdt.load_config("small"), _FakeBench(), runs)
+    diagnosed = {c.id: c for c in fdt_medium.diagnose(claims, runs, curve, metric)}
+    assert diagnosed["fdt_beats_pooled"].verdict == "not reproduced"
+    assert diagnosed["fdt_beats_pooled"].diagnosis.startswith("FDT − pooled in points by training pairs: 100: -6.0")
+
+
+class _FakeLabelled:
+    name, classnames = "unseen", tuple("abcd")
+
+
+class _FakeBench:
+    zero_shot = (_FakeLabelled(),)
+
+
+def test_medium_sets_reuse_the_validation_pairs_image_entry():
+    _need_medium()
+    cfg = fdt.load_config("medium")
+    bench = fdt.benchmark(cfg)
+    names = [s.name for s in fdt.zero_shot_sets(cfg, bench)]
+    assert names == [bench.zero_shot[0].name, "tuxpaint-photo-unseen", bench.val.name]
+    images = [r.name for r in fdt.feature_plan(cfg, bench) if r.kind == "image-tokens"]
+    assert len(images) == 4  # train, val (also the validation-concept zero-shot set), unseen, Tux Paint
