@@ -8,17 +8,7 @@ of the ``small`` run are checked by the chapter tests (tests/test_notebooks.py a
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-
-def pytest_configure(config):
-    """Under pytest-xdist (``make test`` runs two workers on CI's two cores), each worker and every notebook
-    kernel it starts gets its share of the cores: two processes of two torch threads each on two cores
-    would spend their time waiting on each other (``lib.core.notebook.setup`` reads ``OMP_NUM_THREADS``)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    if workers > 1 and not os.environ.get("OMP_NUM_THREADS"):
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_collection_modifyitems(config, items):
