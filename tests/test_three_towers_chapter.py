@@ -4,9 +4,11 @@ metrics of the small-config run (this session's nbval run, or a quick papermill 
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import chapter_metrics
 
 from lib.chapters import three_towers as ch
+from lib.chapters import three_towers_diagram
 from lib.core.config import ConfigError
 from lib.core.results import Runs
 
@@ -85,12 +87,57 @@ def test_one_seed_judges_nothing():
     assert {c.verdict for c in ch.claims(ch.load_config("small"), _Bench, runs)} == {"inconclusive"}
 
 
+def test_medium_selects_on_validation_and_has_a_four_point_curve():
+    cfg = ch.load_config("medium")
+    assert cfg.data.corpus == "medium" and cfg.train.eval_every < cfg.train.steps and cfg.train.patience
+    assert len(cfg.curve_fractions) == 4 and max(cfg.curve_fractions) == 1.0 and len(cfg.seeds) >= 3
+    assert cfg.third == ch.load_config("small").third  # the store's EfficientNet-Lite0 features are shared
+    with pytest.raises(ConfigError, match="curve fractions"):
+        ch.load_config("medium", {"curve_fractions": [0.0, 1.0]})
+
+
+def test_medium_validates_on_held_out_training_pairs_the_same_for_every_seed():
+    cfg = ch.load_config("medium")
+    assert 0 < cfg.val_holdout < 0.5 and ch.load_config("small").val_holdout == 0
+    keep, held = ch.held_out_rows(1000, 0.05)
+    assert len(held) == 50 and len(keep) == 950 and not set(keep.tolist()) & set(held.tolist())
+    assert sorted(keep.tolist() + held.tolist()) == list(range(1000))
+    assert torch.equal(held, ch.held_out_rows(1000, 0.05)[1])  # no dependence on the training seed
+    assert ch.diagnosis_protocols(cfg) == ("held-out pairs", "validation families")
+    assert ch.diagnosis_protocols(ch.load_config("small"))[0] == "fixed budget"
+    with pytest.raises(ConfigError, match="val_holdout"):
+        ch.load_config("medium", {"val_holdout": 0.6})
+
+
+def test_a_run_that_kept_its_first_evaluation_is_stuck_but_a_fixed_budget_is_not():
+    rows = [{"method": "3t", "first_eval": 100, "best_step": 100, "steps_run": 700},   # never improved: stuck
+            {"method": "lit", "first_eval": 100, "best_step": 400, "steps_run": 800},
+            {"method": "scratch", "first_eval": 200, "best_step": 200, "steps_run": 200}]  # one evaluation, at the end
+    assert [r["method"] for r in ch.stuck_runs(ch.load_config("medium"), Runs(rows))] == ["3t"]
+
+
+def test_a_claim_not_reproduced_carries_the_curve_trend():
+    runs = _runs({"3t": [0.10, 0.11, 0.12], "scratch": [0.08, 0.10, 0.12], "lit": [0.30, 0.31, 0.29]})
+    curve = Runs()
+    for size, gap in ((500, -0.2), (1000, -0.1)):
+        for seed in range(3):
+            for method, value in (("3t", 0.3 + gap + 0.01 * seed), ("lit", 0.3 + 0.01 * seed), ("scratch", 0.1)):
+                curve.add(method=method, seed=seed, train_pairs=size, **{ch.CURVE_METRIC: value})
+    found = {c.id: c for c in ch.claims(ch.load_config("small"), _Bench, runs, curve=curve)}
+    assert found["3t_beats_lit_retrieval"].verdict == "not reproduced"
+    assert found["3t_beats_lit_retrieval"].diagnosis == ("3T − LiT in points, by training pairs: 500: -20.0 (LiT ahead); "
+                                                         "1,000: -10.0 (LiT ahead)")
+    assert found["3t_beats_scratch_retrieval"].diagnosis.startswith("3T − from scratch in points")  # inconclusive
+
+
 def test_coverage_groups_are_disjoint_and_name_real_groups():
     from lib.data import emoji
 
     groups = {c.group for c in emoji.load_concepts()}
-    assert set(ch.COVERED) <= groups and set(ch.NOT_COVERED) <= groups
-    assert not set(ch.COVERED) & set(ch.NOT_COVERED)
+    from lib.data.concept_groups import COVERED, NOT_COVERED
+
+    assert set(COVERED) <= groups and set(NOT_COVERED) <= groups
+    assert not set(COVERED) & set(NOT_COVERED)
 
 
 # --------------------------------------------------------------------------- the diagram
@@ -110,13 +157,13 @@ def test_diagram_is_drawn_from_the_built_model(variant, options, circles):
     method = tt.ThreeTowers(variant, third_dim=24, vocab_size=50, embed_dim=16, loss=LossConfig(0.07, True),
                             image_tower=tt.ImageTowerConfig(widths=(8,), image_size=16),
                             text_tower=tt.TextTowerConfig(tokenizer="unused", kind="bag", width=16), **options)
-    ax = ch.diagram(method, "offline/efficientnet-lite0")
+    ax = three_towers_diagram.diagram(method, "offline/efficientnet-lite0")
     texts = " ".join(t.get_text() for t in ax.texts)
     assert sum(isinstance(p, Circle) for p in ax.patches) == circles  # one per loss term the method has
     assert method.formula() in ax.get_title()
     assert ("f_h = " in texts) == hasattr(method, "f_h") and ("f: image tower" in texts) == (variant != "lit")
     counts = method.parameter_counts()
-    assert f"trained · {ch._count(counts['g'][0])} params" in texts  # the numbers are the model's
+    assert f"trained · {three_towers_diagram._count(counts['g'][0])} params" in texts  # the numbers are the model's
     if variant != "scratch":
         assert "frozen · cached features" in texts and "efficientnet-lite0" in texts
     plt.close("all")

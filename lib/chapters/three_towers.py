@@ -1,15 +1,13 @@
-"""The Three Towers chapter: its config, benchmark, feature plan, experiments, claims and method diagram.
+"""The Three Towers chapter: its config, benchmark, feature plan, experiments and claims.
 
-Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models* (NeurIPS 2023):
-an image tower f and a text tower g trained from scratch, a frozen pretrained third tower h = linear(p(I)),
-four heads and three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). This module holds
-what the notebook runs and nothing it shows: the schema of ``notebooks/configs/three_towers.yaml``, the
-features the chapter reads (the third tower's p(I) of every image set: one plan, shared with
-``python -m lib.precompute --chapter three_towers``), the towers' resident inputs (pixels and tokens), one
-training-and-evaluation run, the ablations, the paper's claims with their verdicts
-(:data:`lib.core.results.RULE`), and the method diagram drawn from a built model. See
-notebooks/three_towers.py, sections "The data", "The three towers", "Training" and
-"What reproduced, what did not".
+Kossen et al., *Three Towers: Flexible Contrastive Learning with Pretrained Image Models* (NeurIPS 2023): an image
+tower f and a text tower g trained from scratch, a frozen pretrained third tower h = linear(p(I)), four heads and
+three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). This module holds what the notebook runs
+and nothing it shows: the config schema, the features the chapter reads (the third tower's p(I) of every image set,
+one plan shared with ``python -m lib.precompute --chapter three_towers``), the towers' resident inputs, one
+training-and-evaluation run, the ablations, the data-size curve and the paper's claims with their verdicts
+(:data:`lib.core.results.RULE`); the method diagram is ``lib.chapters.three_towers_diagram``. See
+notebooks/three_towers.py, sections "The data", "Training", "More data" and "What reproduced, what did not".
 """
 from __future__ import annotations
 
@@ -19,20 +17,21 @@ from typing import Literal
 
 import torch
 
-from lib.core import config as configs
-from lib.core import features
+from lib.core import config as configs, curves, features
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Claim, Runs, versus
 from lib.core.train import fit, seed_everything
-from lib.data import benchmarks, datasets
+from lib.data import benchmarks, datasets, pixel_cache
+from lib.data.concept_groups import COVERED, NOT_COVERED, concept_groups
 from lib.data.datasets import Benchmark, DataConfig
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig, ThreeTowers
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "training_pairs", "feature_plan", "Inputs", "inputs",
            "build", "evaluate", "train_and_evaluate", "alpha_sweep", "claims", "findings",
-           "group_accuracy", "diagram", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "chance", "chance_checks", "shown_metrics", "test_sets", "COVERED", "NOT_COVERED"]
+           "group_accuracy", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "diagnosis_protocols", "fixed_budget", "chance", "chance_checks", "shown_metrics", "test_sets", 
+           "stuck_runs", "data_size_curve", "CURVE_METRIC"]
 
 NAME = "three_towers"
 RETRIEVAL_R1 = ("retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1")
@@ -48,7 +47,11 @@ class Config:
     ``alpha * h + (1 - alpha) * f``; ``ablation_seeds`` how many of ``seeds`` the ablations run on.
     The runs train a fixed budget (``train.steps``) and keep the final weights, as the paper does;
     ``diagnosis_eval_every`` is the validation interval of the early-stopping diagnosis
-    (:func:`early_stopping_settings`).
+    (:func:`early_stopping_settings`). ``medium`` instead validates every ``train.eval_every`` steps and keeps
+    the lowest validation loss (its 11,416 drawings are not memorised in a few epochs; see the chapter).
+    ``curve_fractions``: the shares of the training pairs of the data-size curve (:func:`data_size_curve`).
+    ``val_holdout`` > 0 (``medium``): validate on that share of the training pairs, held out from training
+    (:func:`held_out_rows`), instead of on the validation concept families (see :func:`inputs`).
     """
 
     data: DataConfig
@@ -67,6 +70,8 @@ class Config:
     seeds: tuple[int, ...] = (0,)
     ablation_seeds: int = 1
     diagnosis_eval_every: int = 25
+    curve_fractions: tuple[float, ...] = (1.0,)
+    val_holdout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
@@ -81,10 +86,14 @@ class Config:
             raise ValueError(f"ablation_seeds must be >= 0, got {self.ablation_seeds}")
         if self.diagnosis_eval_every < 1:
             raise ValueError(f"diagnosis_eval_every must be >= 1, got {self.diagnosis_eval_every}")
+        curves.sizes(100, self.curve_fractions)  # each fraction in (0, 1], or one clear message
+        if not 0.0 <= self.val_holdout < 0.5:
+            raise ValueError(f"val_holdout is the share of training pairs held out for validation, in [0, 0.5); "
+                             f"got {self.val_holdout}")
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
-    """``small`` / ``full`` of ``notebooks/configs/three_towers.yaml`` (or a YAML path), validated."""
+    """``small`` / ``medium`` / ``full`` of ``notebooks/configs/three_towers.yaml`` (or a YAML path), validated."""
     return configs.load(NAME, name, Config, overrides)
 
 
@@ -128,6 +137,7 @@ class Inputs:
     test: dict[str, dict[str, torch.Tensor]]
     tokenizer: object
     train_names: tuple[str, ...]
+    family_val: dict[str, torch.Tensor] | None = None  # the validation concept families, when ``val`` is held out
 
     @property
     def third_dim(self) -> int:
@@ -136,6 +146,21 @@ class Inputs:
     @property
     def vocab_size(self) -> int:
         return int(self.tokenizer.vocab_size)
+
+
+HOLDOUT_SEED = 20240917  # one permutation for every training seed: the held-out pairs never change
+
+
+def held_out_rows(total: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training rows, held-out validation rows): a seeded ``fraction`` of ``total`` training pairs held out.
+
+    Why (``medium``): towers trained from scratch learn the words of their training captions; on validation
+    concept *families* (words they never saw) the validation loss rises from the first evaluation for every
+    method, so early stopping there keeps an untrained model. Held-out pairs of the training distribution give a
+    loss that falls while the towers learn. See notebooks/three_towers.py, section "Training"."""
+    held = max(1, round(fraction * total))
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(HOLDOUT_SEED))
+    return order[held:].sort().values, order[:held].sort().values
 
 
 def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=None) -> Inputs:
@@ -150,7 +175,7 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
     def tensors(images, captions: bool) -> dict[str, torch.Tensor]:
         key = f"{images.name}:{captions}"
         if key not in cache:
-            out = {"pixels": tt.pixels(images.load_image, len(images), cfg.image_tower.image_size),
+            out = {"pixels": pixel_cache.cached_pixels(images, cfg.image_tower.image_size, tt.pixels),
                    "third": found.tensor(f"image:{cfg.third.name}:{images.name}")}
             if captions:
                 out.update(tt.tokenize(tokenizer, images.captions, cfg.text_tower.context))
@@ -159,7 +184,13 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
 
     parts = [tensors(p, True) for p in training_pairs(cfg, bench)]
     train = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    return Inputs(train=train, val=tensors(bench.val, True), retrieval=tensors(bench.retrieval, True),
+    if cfg.val_holdout:
+        keep, held = held_out_rows(len(train["pixels"]), cfg.val_holdout)
+        train, val = {k: v[keep] for k, v in train.items()}, {k: v[held] for k, v in train.items()}
+    else:
+        val = tensors(bench.val, True)
+    return Inputs(train=train, val=val, retrieval=tensors(bench.retrieval, True),
+                  family_val=tensors(bench.val, True) if cfg.val_holdout else None,
                   test={s.name: {k: v for k, v in tensors(s, False).items()} for s in bench.zero_shot},
                   tokenizer=tokenizer, train_names=tuple(p.name for p in training_pairs(cfg, bench)))
 
@@ -174,26 +205,13 @@ def build(cfg: Config, data: Inputs, variant: str, **options) -> ThreeTowers:
                        **options)
 
 
+def is_ceiling(name: str) -> bool:  # the seen-concept ceiling: zero-shot among concepts the towers trained on
+    return name.startswith("emoji-seen") or name.startswith("medium-concepts-train")
+
+
 def test_sets(bench: Benchmark) -> list:
     """The zero-shot sets that test transfer (every set but the seen-concept ceiling)."""
-    return [s for s in bench.zero_shot if not s.name.startswith("emoji-seen")]
-
-
-# ImageNet-1k, the third tower's pretraining labels, names animals, foods, vehicles, buildings and everyday
-# objects; it has no class for a flag, a symbol, a facial expression or a hand gesture. The emoji groups
-# on either side of that line (activities, half sports gear and half events, are on neither side):
-COVERED = ("animals & nature", "food & drink", "travel & places", "objects")
-NOT_COVERED = ("flags", "symbols", "smileys & emotion", "people & body")
-
-
-def concept_groups(labelled) -> list[str] | None:
-    """The CLDR group of each image of an emoji set (None for other sets)."""
-    if labelled.source.get("dataset") != "emoji":
-        return None
-    from lib.data import emoji
-
-    groups = {c.key: c.group for c in emoji.load_concepts()}
-    return [groups[i.split("/")[0]] for i in labelled.ids]
+    return [s for s in bench.zero_shot if not is_ceiling(s.name)]
 
 
 @torch.no_grad()
@@ -239,27 +257,44 @@ def evaluate(cfg: Config, bench: Benchmark, data: Inputs, method: ThreeTowers) -
     return row
 
 
+def fixed_budget(cfg: Config) -> bool:
+    """True when the runs validate once, at the end, and keep their final weights (``small``, the paper)."""
+    return cfg.train.eval_every >= cfg.train.steps
+
+
 def early_stopping_settings(cfg: Config) -> TrainSettings:
-    """The diagnosis: the same budget, validated every ``diagnosis_eval_every`` steps, the lowest
-    validation loss kept (what this chapter did before it kept the final weights)."""
-    return dataclasses.replace(cfg.train, eval_every=cfg.diagnosis_eval_every)
+    """The protocol the chapter's runs do *not* use, for the diagnosis: under a fixed budget, validation every
+    ``diagnosis_eval_every`` steps with the lowest validation loss kept; under early stopping on held-out pairs
+    (``medium``), the same rule on the validation concept families (:func:`early_stopping_diagnosis`)."""
+    if fixed_budget(cfg):
+        return dataclasses.replace(cfg.train, eval_every=cfg.diagnosis_eval_every)
+    return cfg.train
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str, seed: int = 0,
                        label: str | None = None, settings: TrainSettings | None = None,
+                       train_pairs: int | None = None, val: dict | None = None,
                        **options) -> tuple[dict, object, ThreeTowers]:
     """Train one method for the config's budget, then evaluate it.
 
-    With ``eval_every = steps`` (the configs) the validation loss is measured once, at the end, and the final
-    weights are kept; ``settings`` (e.g. :func:`early_stopping_settings`) replaces ``cfg.train``. Returns the
-    run's row (for :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the method.
+    With ``eval_every = steps`` (``small``) the validation loss is measured once, at the end, and the final
+    weights are kept; with a shorter ``eval_every`` (``medium``) the lowest validation loss is kept.
+    ``settings`` (e.g. :func:`early_stopping_settings`) replaces ``cfg.train``; ``train_pairs`` trains on the
+    first pairs of a fixed permutation (:func:`lib.core.curves.nested_subset`); ``val`` replaces the validation
+    pairs (the diagnosis: :attr:`Inputs.family_val`). Returns the run's row (for
+    :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the method.
     """
+    total = len(data.train["pixels"])
+    subset = curves.nested_subset(total, train_pairs)
+    train = data.train if subset is None else {k: v[subset] for k, v in data.train.items()}
     seed_everything(seed)
     method = build(cfg, data, variant, **options)
-    result = fit(method, data.train, data.val, settings or cfg.train, seed=seed, device=cfg.device, progress=False)
+    result = fit(method, train, data.val if val is None else val, settings or cfg.train, seed=seed,
+                 device=cfg.device, progress=False)
     method.to("cpu")
     evaluations = [r["step"] for r in result.history if r["val_loss"] is not None]
-    row = {"method": label or variant, "variant": variant, "seed": seed, "best_step": result.best_step,
+    row = {"method": label or variant, "variant": variant, "seed": seed, "train_pairs": len(train["pixels"]),
+           "best_step": result.best_step,
            "first_eval": evaluations[0] if evaluations else None, "steps_run": result.steps_run,
            "val_loss": result.best_val_loss, "temperature": round(method.criterion.temperature, 4),
            "train_s": round(result.seconds, 1)}
@@ -267,21 +302,61 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
     return row, result, method
 
 
-def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs, seed: int):
-    """Each main method trained again with validation every ``diagnosis_eval_every`` steps and the lowest
-    validation loss kept, beside the fixed-budget run of the same seed. Returns (table, validation curves)."""
+def diagnosis_protocols(cfg: Config) -> tuple[str, str]:  # (the chapter's protocol, the diagnosis's)
+    return ("fixed budget", "validation concepts") if fixed_budget(cfg) else ("held-out pairs", "validation families")
+
+
+def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs, seed: int,
+                             histories: dict | None = None):
+    """Each main method trained again under the other protocol (:func:`early_stopping_settings`; ``medium``: on
+    the validation concept families, :attr:`Inputs.family_val`), beside the chapter's run of the same seed.
+    Returns (table: step kept, unseen top-1 and R@1 under each protocol; validation curves per protocol,
+    ``{protocol: {method: history}}``, from the diagnosis runs and ``histories``, the main runs'
+    ``history_frame()``, wherever a protocol validated more than once)."""
     import pandas as pd
 
-    rows, curves = [], {}
+    ours, other = diagnosis_protocols(cfg)
+    rows, val_curves = [], {ours: {}, other: {}}
     for variant in tt.VARIANTS:
-        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg))
-        curves[variant] = result.history_frame().dropna(subset=["val_loss"])
-        fixed = runs.where(method=variant, seed=seed).rows[0]
-        rows.append({"method": variant, "first evaluation": row["first_eval"], "step kept": row["best_step"],
-                     **{f"{what}, {label}": f"{100 * r[key]:.1f}" for key, what in
-                        ((f"{bench.zero_shot[0].name}/acc1", "unseen top-1 %"), ("retrieval/mean_recall@1", "R@1 %"))
-                        for label, r in (("lowest val loss", row), ("fixed budget", fixed))}})
-    return pd.DataFrame(rows).set_index("method"), curves
+        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg),
+                                            val=data.family_val)
+        main = runs.where(method=variant, seed=seed).rows[0]
+        for label, history in ((ours, (histories or {}).get(variant)), (other, result.history_frame())):
+            if history is not None and history["val_loss"].notna().sum() > 1:
+                val_curves[label][variant] = history.dropna(subset=["val_loss"])
+        table_row = {"method": variant, "first evaluation": row["first_eval"]}
+        for label, r in ((ours, main), (other, row)):
+            table_row.update({f"step kept, {label}": r["best_step"],
+                              f"unseen top-1 %, {label}": f"{100 * r[f'{bench.zero_shot[0].name}/acc1']:.2f}",
+                              f"R@1 %, {label}": f"{100 * r['retrieval/mean_recall@1']:.2f}"})
+        rows.append(table_row)
+    return pd.DataFrame(rows).set_index("method"), {k: v for k, v in val_curves.items() if v}
+
+
+def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
+    """Runs that kept their first evaluation although later ones followed: a model that never improved on what
+    it knew after ``eval_every`` steps has not trained, and its numbers are not a method's. Empty under a fixed
+    budget (one evaluation, at the end: ``small``)."""
+    return [r for r in runs if r["first_eval"] is not None and r["first_eval"] < r["steps_run"]
+            and r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+
+
+CURVE_METRIC = "retrieval/mean_recall@1"  # the curve's metric: the paper's retrieval claims (Table 2)
+
+
+def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs) -> Runs:
+    """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, every seed: does 3T's
+    lead (or lag) open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused. See
+    notebooks/three_towers.py, section "More data"."""
+    curve, total = Runs(), len(data.train["pixels"])
+    for size in curves.sizes(total, cfg.curve_fractions):  # early stopping: validated once an epoch of the subset
+        settings = None if fixed_budget(cfg) else curves.subset_settings(cfg.train, size)
+        for variant in tt.VARIANTS:
+            for seed in cfg.seeds:
+                done = [r for r in runs.where(method=variant, seed=seed) if r["train_pairs"] == size]
+                curve.add(done[0] if done else train_and_evaluate(cfg, bench, data, variant, seed, train_pairs=size,
+                                                                  settings=settings)[0])
+    return curve
 
 
 def ablations(cfg: Config) -> list[tuple[str, dict]]:
@@ -304,7 +379,9 @@ def alpha_sweep(cfg: Config, bench: Benchmark, data: Inputs, headless: ThreeTowe
 def shown_metrics(bench: Benchmark) -> dict[str, str]:
     """The metrics the chapter's tables show, with their labels (the full config has no emoji sets)."""
     labels = {"emoji-unseen-google": "unseen emoji", "emoji-unseen-twitter": "unseen emoji, other style",
-              "fashion-mnist": "Fashion-MNIST", "emoji-seen-google": "seen emoji (ceiling)"}
+              "fashion-mnist": "Fashion-MNIST", "emoji-seen-google": "seen emoji (ceiling)",
+              "medium-concepts-unseen": "unseen concepts", "tuxpaint-photo-unseen": "Tux Paint photos (unseen)"}
+    labels.update({s.name: "seen concepts (ceiling)" for s in bench.zero_shot if s.name.startswith("medium-concepts-train")})
     out = {f"{s.name}/acc1": f"{labels.get(s.name, s.name)} top-1" for s in bench.zero_shot}
     out.update({"retrieval/image_retrieval_recall@1": "text→image R@1",
                 "retrieval/text_retrieval_recall@1": "image→text R@1"})
@@ -335,8 +412,9 @@ TABLE2 = "§4.1, Table 2 (L scale, IN-21k third tower, unfiltered WebLI; top-1 r
 TABLE3 = "§4.2, Table 3 (IN-21k third tower, L scale, unfiltered WebLI)"
 
 
-def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
-    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``)."""
+def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None) -> list[Claim]:
+    """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``);
+    with the data-size ``curve``, each retrieval claim that is not reproduced says how its gap moves with data."""
     retrieval, headline = "retrieval/mean_recall@1", bench.zero_shot[0].name
     out = [
         Claim("3t_beats_scratch_retrieval", "3T beats the from-scratch baseline on retrieval (mean R@1 of both "
@@ -354,16 +432,21 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
     if f"{headline}/acc1_covered" in (runs.rows[0] if len(runs) else {}):
         out += [
             Claim("lit_beats_3t_where_labels_cover", "LiT is strong where the pretrained model's labels cover the "
-                  "task: LiT beats 3T on unseen emoji of groups ImageNet-1k names (animals, food, places, objects)",
+                  "task: LiT beats 3T on unseen concepts of groups ImageNet-1k names (animals, food, places, objects)",
                   TABLE3 + "; 10-shot linear probes, here zero-shot",
                   runs.compare(f"{headline}/acc1_covered", {"method": "lit"}, {"method": "3t"}), ("LiT", "3T"),
                   paper_value="IN-1k 10-shot LiT 79.0 vs 3T 68.0; Birds 83.4 vs 65.0"),
             Claim("3t_beats_lit_where_labels_do_not_cover", "LiT is weak where they do not: 3T beats LiT on unseen "
-                  "emoji of groups ImageNet-1k has no class for (flags, symbols, faces, people)",
+                  "concepts of groups ImageNet-1k has no class for (flags, symbols, faces, people)",
                   TABLE3 + "; 10-shot linear probes, here zero-shot",
                   runs.compare(f"{headline}/acc1_not_covered", {"method": "3t"}, {"method": "lit"}), ("3T", "LiT"),
                   paper_value="Cars 10-shot 3T 84.9, from scratch 81.5, LiT 41.9 (IN-21k has no car brand)"),
         ]
+    if curve is not None and len(curve):
+        for claim, other, name in ((out[0], "scratch", "from scratch"), (out[2], "lit", "LiT")):
+            if claim.verdict != "reproduced":
+                claim.diagnosis = curves.trend(curve, CURVE_METRIC, {"method": "3t"}, {"method": other},
+                                               ("3T", name)) or None
     return out
 
 
@@ -385,70 +468,3 @@ def findings(cfg: Config, bench: Benchmark, runs: Runs, found_claims: list[Claim
     for claim in found_claims:
         out[claim.id] = claim.comparison.outcome == claim.expected
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# The method diagram, read from a built model
-# --------------------------------------------------------------------------------------------
-def _count(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
-
-
-def diagram(method: ThreeTowers, third_name: str = "p", ax=None):
-    """Draw the method as built: its towers, heads and loss terms, each box saying whether it trains
-    (and how many parameters) or is frozen. Everything is read from ``method``; ``third_name`` labels p."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10.5, 4.4))
-    counts, at, heads = method.parameter_counts(), {}, hasattr(method, "f_h")
-
-    def box(name, x, y, text, frozen=False, dropped=False):
-        style = dict(boxstyle="round,pad=0.08", linewidth=1.4, linestyle="--" if dropped else "-", zorder=2,
-                     facecolor="#e0e0e0" if frozen else "#cfe3f7", edgecolor="#555" if frozen else "#1f5f99")
-        ax.add_patch(FancyBboxPatch((x - 0.9, y - 0.32), 1.8, 0.64, **style))
-        ax.text(x, y, text, ha="center", va="center", fontsize=9.5, zorder=3)
-        at[name] = (x, y)
-
-    def arrow(a, b):
-        (x0, y0), (x1, y1) = at[a], at[b]
-        ax.annotate("", xy=(x1 - 0.93, y1), xytext=(x0 + 0.93, y0),
-                    arrowprops=dict(arrowstyle="->", color="#444", lw=1.1), zorder=1)
-
-    def trained(name):
-        return f"trained · {_count(counts[name][0])} params"
-
-    box("I", 0.95, 4.15, "image I (pixels)", frozen=True)
-    box("T", 0.95, 1.0, "text T (word pieces)", frozen=True)
-    if hasattr(method, "f"):
-        box("f", 3.1, 3.4, f"f: image tower, L2-normed\n{trained('f')}")
-        arrow("I", "f")
-    if hasattr(method, "h"):
-        box("p", 3.1, 4.9, f"p: {third_name.split('/')[-1]}\nfrozen · cached features", frozen=True)
-        box("h", 5.3, 4.9, f"h = linear(p(I))\n{trained('h')}", dropped=method.variant == "3t")
-        arrow("I", "p")
-        arrow("p", "h")
-    box("g", 3.1, 1.0, f"g: text tower, L2-normed\n{trained('g')}")
-    arrow("T", "g")
-    if heads:
-        for name, y, source in (("h_f", 4.9, "h"), ("f_h", 3.4, "f"), ("h_g", 2.2, "h"), ("g_h", 1.0, "g")):
-            box(name, 7.5, y, f"{name} = norm(linear(·))\n{trained(name)}", dropped=True)
-            arrow(source, name)
-    spots = {"fg": (5.3, 2.2, "f", "g", "f↔g"), "hg": (9.5, 2.8, "h", "g", "h↔g"),
-             "fh": (9.5, 4.15, "f_h", "h_f", "f_h↔h_f") if heads else (9.5, 4.15, "f", "h", "f↔h"),
-             "gh": (9.5, 1.6, "g_h", "h_g", "g_h↔h_g") if heads else (9.5, 1.6, "g", "h", "g↔h")}
-    terms = method.terms if method.variant == "3t" else (("fg",) if method.variant == "scratch" else ("hg",))
-    for term in terms:
-        x, y, a, b, label = spots[term]
-        ax.add_patch(plt.Circle((x, y), 0.42, facecolor="#fde8c8", edgecolor="#b36b00", lw=1.4, zorder=2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=9, zorder=3)
-        for end in (a, b):
-            ax.plot([at[end][0] + 0.93, x - 0.42], [at[end][1], y], color="#b36b00", lw=1.0, zorder=1)
-    tau = "learned" if counts["criterion"][0] else "fixed"
-    ax.set_title(f"{method.variant}{' (headless)' if method.headless else ''}: {method.formula()}, one shared "
-                 f"{tau} temperature" + ("; dashed: discarded after training" if method.variant == "3t" else ""),
-                 fontsize=10)
-    ax.set(xlim=(0, 10.1), ylim=(0.5, 5.4))
-    ax.axis("off")
-    return ax
