@@ -501,19 +501,22 @@ for claim in claims:
 # %% [markdown]
 # ## Paper, official code, this book
 #
-# | | paper (Kossen et al. 2023) | official code | this book, small | this book, medium | this book, full |
-# |---|---|---|---|---|---|
-# | image tower $f$ | ViT (B/32 to g/14) from scratch, MAP-head pooling | none released | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
-# | text tower $g$ | transformer from scratch | — | bag of word pieces + MLP, width 128 | same, width 256 | 12-layer transformer |
-# | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | — | EfficientNet-Lite0 (ImageNet-1k), cached features | same | DINOv2-L (self-supervised), cached features |
-# | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | — | same (`lib.methods.three_towers.Head`) | same | same |
-# | loss | Eq. 4, one learned temperature | — | same, init τ = 0.07, scale clamped at 100 | same | same |
-# | leave-one-out | half the sum of the two remaining terms (A.11) | — | same | same | same |
-# | data | JFT-3B / WebLI, 5B examples seen at batch 14,336 | — | 2,670 emoji drawings, 200 steps at batch 256 | 10,845 drawings of 4 sources (571 more held out for validation), up to 1,200 steps at batch 256 | CC3M-LLaVA (563k pairs), 20k steps at batch 4,096 |
-# | stopping | a fixed number of examples seen | — | fixed budget, final weights | lowest loss on held-out training pairs (every 50 steps, patience 4) | fixed budget |
-# | optimiser | Adafactor, lr 0.001, 10k warm-up steps, cosine, weight decay 0.001 | — | AdamW, lr 0.002, cosine | same | AdamW, lr 0.001, cosine |
-# | LiT baseline | the locked pretrained tower | — | cached features + one trainable linear map | same | same |
-# | evaluation | zero-shot and 10-shot classification, COCO/Flickr retrieval | — | zero-shot on unseen emoji and Fashion-MNIST, unseen-concept retrieval | zero-shot on 1,540 unseen concepts and Tux Paint photos, unseen-concept retrieval | zero-shot on ImageNet-1k, CC3M-LLaVA val retrieval |
+# The paper's code is not released, so the table has no column for it (the book's heads are
+# `lib.methods.three_towers.Head`).
+#
+# |  | paper (Kossen et al. 2023) | this book, small | this book, medium | this book, full |
+# |---|---|---|---|---|
+# | image tower $f$ | ViT (B/32 to g/14) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
+# | text tower $g$ | transformer from scratch | bag of word pieces + MLP, width 128 | same, width 256 | 12-layer transformer |
+# | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | EfficientNet-Lite0 (ImageNet-1k), cached features | same | DINOv2-L (self-supervised), cached features |
+# | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | same | same | same |
+# | loss | Eq. 4, one learned temperature | same, init τ = 0.07, scale clamped at 100 | same | same |
+# | leave-one-out | half the sum of the two remaining terms (A.11) | same | same | same |
+# | data | JFT-3B / WebLI, 5B examples seen at batch 14,336 | 2,670 emoji drawings, 200 steps at batch 256 | 10,845 drawings of 4 sources (571 more held out for validation), up to 1,200 steps at batch 256 | CC3M-LLaVA (563k pairs), 20k steps at batch 4,096 |
+# | stopping | a fixed number of examples seen | fixed budget, final weights | lowest loss on held-out training pairs (every 50 steps, patience 4) | fixed budget |
+# | optimiser | Adafactor, lr 0.001, 10k warm-up steps, cosine, weight decay 0.001 | AdamW, lr 0.002, cosine | same | AdamW, lr 0.001, cosine |
+# | LiT baseline | the locked pretrained tower | cached features + one trainable linear map | same | same |
+# | evaluation | zero-shot and 10-shot classification, COCO/Flickr retrieval | zero-shot on unseen emoji and Fashion-MNIST, unseen-concept retrieval | zero-shot on 1,540 unseen concepts and Tux Paint photos, unseen-concept retrieval | zero-shot on ImageNet-1k, CC3M-LLaVA val retrieval |
 #
 # Why the full config substitutes: JFT-3B, WebLI and the paper's JFT/IN-21k-pretrained ViTs are not
 # public; CC3M-LLaVA is the public caption set the other chapters use, and DINOv2-L is the strongest public
