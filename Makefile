@@ -11,7 +11,7 @@
 #   make test         setup, then pytest: nbval runs the committed notebooks first (computing every
 #                     feature into the store), then the unit tests and the papermill runs reuse them
 #   make sync         re-pair notebooks/*.py (py:percent, the source) with their .ipynb (jupytext)
-#   make clean-cache  drop the cached-feature store and the decoded pixels (both are recomputed on the next run)
+#   make clean-cache  drop the cached-feature store, the decoded pixels and the run cache (all recomputed on the next run)
 
 SHELL := /bin/bash
 VENV  := .venv
@@ -46,7 +46,7 @@ sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
 clean-cache:
-	rm -rf "$${LIB_CACHE_DIR:-.cache}/store" "$${LIB_CACHE_DIR:-.cache}/pixels"
+	rm -rf "$${LIB_CACHE_DIR:-.cache}/store" "$${LIB_CACHE_DIR:-.cache}/pixels" "$${LIB_CACHE_DIR:-.cache}/runs"
 
 # Benchmarks (bench/): each writes bench/results/<name>.json; `$(PY) -m bench.render` makes book/performance.md.
 .PHONY: bench

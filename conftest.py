@@ -8,7 +8,13 @@ of the ``small`` run are checked by the chapter tests (tests/test_notebooks.py a
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# The tests train for real: a run read back from the run cache (lib.core.run_cache, on with LIB_RUN_CACHE=1 under
+# `make book`) would make a determinism or a learning test pass without training. tests/test_run_cache.py turns
+# it on in a scratch folder. Set here, before nbval starts a kernel, so the notebooks' kernels inherit it.
+os.environ["LIB_RUN_CACHE"] = "0"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -385,9 +385,9 @@ pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size"
 # ## More data: FDT vs pooled as the training set grows
 #
 # The headline comparison at growing shares of the training pairs: nested subsets (the first `n` of one
-# seeded permutation, `lib.chapters.fdt_medium.training_subset`, so each smaller set is part of every
+# seeded permutation, `lib.core.curves.nested_subset`, so each smaller set is part of every
 # larger one), every seed, the same budget rule. On a subset the rule validates once an epoch of that
-# subset (every 5 steps at 1,427 pairs, 11 at 2,854, 22 at 5,708; `fdt.subset_settings`) and stops after the
+# subset (every 5 steps at 1,427 pairs, 11 at 2,854, 22 at 5,708; `lib.core.curves.subset_settings`) and stops after the
 # same 250 steps without improvement: a fixed 50-step interval is nine epochs of the smallest subset, by which
 # every head had already overfitted, so a first medium run left those heads stuck at their first evaluation.
 # Does the pooled head's lead open, close or flip as the data grow? (Medium config only; the small config

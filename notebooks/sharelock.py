@@ -219,6 +219,12 @@ plt.show()
 # 1,024 × 16 gradient-accumulation steps, so each CLIP loss sees **1,023 negatives**, not 16,383.
 # `fit` reports the negatives each loss really saw (`negatives_per_loss`), and the full config here
 # uses the true batch unless `train.micro_batch_size` is set.
+#
+# Because a run is deterministic on a CPU, `make book` keeps each one it has done in a **run cache**
+# (`lib.core.run_cache`, on with `LIB_RUN_CACHE=1`): the run's key names its feature tensors, seed, settings,
+# the method's initial weights and attributes, and the `lib` code it runs, so re-executing a chapter whose
+# inputs did not change reads its runs back (weights included) instead of retraining them. The chapter's
+# closing line says how many were read back; `make clean-cache` drops them.
 
 # %%
 runs = Runs()

@@ -7,7 +7,6 @@ CI does not install the medium data: the test that reads it skips with the comma
 (``tests/test_medium_data.py``'s check)."""
 from __future__ import annotations
 
-import torch
 from test_medium_data import _need_medium
 
 from lib.chapters import fdt, fdt_medium
@@ -21,25 +20,6 @@ def test_medium_config_validates():
     softmax = [v for v in cfg.variants if v.changes() == {"weighting": "softmax"}]
     assert softmax and softmax[0].seeds == len(cfg.seeds)
     assert fdt.load_config("small").curve_fractions  # the small section needs no curve field
-
-
-def test_training_subsets_are_nested_and_seeded():
-    small, large = fdt_medium.training_subset(100, 10), fdt_medium.training_subset(100, 40)
-    assert set(small.tolist()) <= set(large.tolist()) and len(set(large.tolist())) == 40
-    assert torch.equal(small, fdt_medium.training_subset(100, 10))
-    assert fdt_medium.training_subset(100, 100) is None and fdt_medium.training_subset(100, None) is None
-
-
-def test_subset_settings_validate_once_an_epoch_with_the_same_patience_in_steps():
-    from lib.core.config import TrainSettings
-
-    whole = TrainSettings(steps=2000, batch_size=256, eval_every=50, patience=5)
-    small = fdt.subset_settings(whole, 1427)  # 5 batches an epoch
-    assert (small.eval_every, small.patience) == (5, 50) and small.steps == whole.steps
-    mid = fdt.subset_settings(whole, 2854)   # 11 batches an epoch
-    assert mid.eval_every == 11 and mid.patience * mid.eval_every >= whole.patience * whole.eval_every
-    assert fdt.subset_settings(whole, 100_000).eval_every == 50  # never less often than the whole set's rule
-    assert fdt.subset_settings(whole, 300).eval_every == 5      # never more often than every 5 steps
 
 
 def _runs(rows):
@@ -65,7 +45,7 @@ def test_a_claim_not_reproduced_gets_the_curve_as_diagnosis():
     claims = fdt.claims(fdt.load_config("small"), _FakeBench(), runs)
     diagnosed = {c.id: c for c in fdt_medium.diagnose(claims, runs, curve, metric)}
     assert diagnosed["fdt_beats_pooled"].verdict == "not reproduced"
-    assert diagnosed["fdt_beats_pooled"].diagnosis.startswith("FDT − pooled in points by training pairs: 100: -6.0")
+    assert diagnosed["fdt_beats_pooled"].diagnosis.startswith("FDT − pooled in points, by training pairs: 100: -6.0")
 
 
 class _FakeLabelled:

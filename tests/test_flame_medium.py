@@ -40,7 +40,12 @@ def test_stuck_runs_and_curve_frame_follow_their_definitions():
     assert [(r["method"], r["seed"]) for r in flame_medium.stuck_runs(runs, cfg)] == [("scratch", 0)]
     frame = flame_medium.curve_frame(runs, "zero-shot/acc1")
     assert frame.loc[0, "outcome"] == "FLAME ahead" and frame.loc[0, "FLAME − scratch (points)"] == 20.0
-    assert "100: +20.0 (FLAME ahead)" in flame_medium.curve_trend(runs, "zero-shot/acc1")
+    assert flame_medium.curve_trend(runs, "zero-shot/acc1") == ""  # one size: no trend to tell
+    for seed in range(3):
+        runs.add({"method": "flame", "seed": seed, "train_pairs": 200, "best_step": 50, "zero-shot/acc1": 0.3 + seed / 100})
+        runs.add({"method": "scratch", "seed": seed, "train_pairs": 200, "best_step": 50, "zero-shot/acc1": 0.3})
+    assert flame_medium.curve_trend(runs, "zero-shot/acc1") == (
+        "FLAME − scratch in points, by training pairs: 100: +20.0 (FLAME ahead); 200: +1.0")
 
 
 def test_subsets_are_fixed_and_the_multilingual_set_has_a_sentence_per_class():

@@ -120,18 +120,6 @@ def test_grid_is_the_text_ladder_on_the_main_image_model_plus_the_vision_compari
     assert all(sum(1 for s in settings if (s[0].name, s[1].name) == p) == 2 for p in pairs), "both heads per pair"
 
 
-def test_training_subsets_are_nested_and_independent_of_the_training_seed():
-    from lib.chapters.sharelock import training_subset
-
-    small, large = training_subset(1000, 100), training_subset(1000, 400)
-    assert len(small) == 100 and len(set(small.tolist())) == 100
-    assert set(small.tolist()) <= set(large.tolist())
-    assert torch.equal(small, training_subset(1000, 100))
-    assert training_subset(1000, None) is None and training_subset(1000, 1000) is None
-    with pytest.raises(ValueError, match="at least 2 pairs"):
-        training_subset(1000, 1)
-
-
 def test_curve_fractions_outside_zero_one_are_refused():
     from lib.chapters import sharelock as chapter
     from lib.core.config import ConfigError
@@ -155,7 +143,8 @@ def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
 
 
 def test_curve_table_and_trend_follow_the_rule_at_every_size():
-    from lib.chapters.sharelock import curve_frame, curve_trend
+    from lib.chapters.sharelock import HEADS, curve_frame
+    from lib.core import curves
     from lib.core.results import Runs
 
     rows = [_row("t", "mlp", s, 100, 0.10 + 0.001 * s) for s in range(3)]
@@ -167,5 +156,6 @@ def test_curve_table_and_trend_follow_the_rule_at_every_size():
     assert table["training pairs"].tolist() == [100, 400]
     assert table["outcome"].tolist() == ["linear ahead", "MLP ahead"]
     assert table["MLP − linear (points)"].tolist() == [-10.0, 10.0]
-    trend = curve_trend(curve, "u/acc1", "t", {"head": "mlp"}, {"head": "linear"}, ("MLP", "linear"))
+    assert table.columns[0] == "text model" and set(table["text model"]) == {"t"}
+    trend = curves.trend(curve.where(text="t"), "u/acc1", *HEADS, context="t")
     assert trend == "MLP − linear in points, t, by training pairs: 100: -10.0 (linear ahead); 400: +10.0 (MLP ahead)"

@@ -22,7 +22,6 @@ renders. A notebook that did not write a fresh ``metrics.json`` fails the run.
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import os
@@ -36,6 +35,8 @@ import jupytext
 import nbformat
 import papermill
 import yaml
+
+from lib.core import code_closure
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "frozen-lip"
@@ -81,44 +82,13 @@ def chapters() -> list[Path]:
     return [ROOT / f"{file}.py" for file in toc_files() if file.startswith("notebooks/")]
 
 
-def lib_modules() -> dict[str, Path]:
-    """Every module of ``lib`` by dotted name (a package by its ``__init__.py``)."""
-    out = {}
-    for path in (ROOT / "lib").rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-def _imported(path: Path, known: dict[str, Path]) -> set[str]:
-    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and ``lib.a``)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    with_parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 2)}
-    return {name for name in with_parents if name in known}
-
-
 def lib_closure(source: Path) -> list[Path]:
-    """The ``lib`` files a notebook can run: the modules its cells import and theirs, transitively.
+    """The ``lib`` files a notebook can run: the modules its cells import and theirs, transitively
+    (:func:`lib.core.code_closure.closure`).
 
     Why: a chapter is re-executed when *its* inputs change, not when another chapter's module does (a medium
     chapter takes half an hour). A notebook that cannot be parsed depends on all of ``lib``."""
-    known = lib_modules()
-    try:
-        todo = _imported(source, known)
-    except SyntaxError:
-        return sorted(known.values())
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo |= _imported(known[name], known) - seen
-    return sorted(known[name] for name in seen)
+    return code_closure.closure([source], root=ROOT)
 
 
 def config_section(source: Path, config: str) -> bytes:
@@ -198,6 +168,9 @@ def run(source: Path, force: bool, config: str = "small") -> None:
 
 
 def main() -> None:
+    # Training runs already done are read back (lib.core.run_cache): a chapter re-executed with its features in the
+    # store and its runs cached costs its figures, not its training. LIB_RUN_CACHE=0 retrains everything.
+    os.environ.setdefault("LIB_RUN_CACHE", "1")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rerun notebooks even if unchanged")
     parser.add_argument("names", nargs="*", help="only these chapters (e.g. sharelock)")

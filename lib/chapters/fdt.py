@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 
 from lib.core import config as configs
-from lib.core import features
+from lib.core import curves, features
 from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts
 from lib.core.evaluate import retrieval as embedding_retrieval
@@ -32,7 +32,7 @@ from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, coll
 
 __all__ = ["NAME", "PAPER_NUMBERS", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config",
            "benchmark", "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled",
-           "zero_shot_metrics", "retrieval", "subset_settings", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows",
+           "zero_shot_metrics", "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows",
            "grounding_examples", "claims", "findings"]
 
 NAME = "fdt"
@@ -249,16 +249,6 @@ def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_s
                                embed_sequences(encode_text, caption_seqs, **embed))
 
 
-def subset_settings(train: TrainSettings, rows: int) -> TrainSettings:
-    """The budget rule on a smaller training subset (the data-size curve): validate once an epoch of the subset
-    (never less often than ``eval_every``, never more often than every 5 steps) and stop after the same number of
-    *steps* without improvement as on the whole set. A fixed 50-step interval is ~9 epochs of 1,427 pairs: every
-    head had overfitted by its first evaluation, and the run was stuck (notebooks/fdt.py, the medium curve)."""
-    every = max(5, min(train.eval_every, rows // max(1, min(train.batch_size, rows))))
-    patience = None if train.patience is None else -(-train.patience * train.eval_every // every)
-    return dataclasses.replace(train, eval_every=every, patience=patience)
-
-
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
                        variant: Variant | None = None, subset: torch.Tensor | None = None) -> tuple[dict, object, torch.nn.Module]:
     """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
@@ -271,7 +261,7 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
             else build_pooled(cfg.baseline, image_dim, text_dim))
     train = feats.tensors(bench.train)
     train = train if subset is None else {k: v[subset] for k, v in train.items()}
-    settings = cfg.train if subset is None else subset_settings(cfg.train, len(subset))
+    settings = cfg.train if subset is None else curves.subset_settings(cfg.train, len(subset))
     result = fit(head, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
     head.eval()
     name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")

@@ -4,7 +4,7 @@ the measured diagnoses of the claims.
 Why: on ~11,000 training pairs a comparison can look settled at one size and flip at another, and a head
 whose best validation step is its first evaluation has not trained, so its numbers say nothing about the
 method. This module trains the headline comparison (FDT head vs pooled head) on nested seeded subsets of
-the training pairs (:func:`training_subset`), counts stuck runs, checks every head against chance on the
+the training pairs (:func:`lib.core.curves.nested_subset`), counts stuck runs, checks every head against chance on the
 validation concepts before its unseen numbers count, and writes each "not reproduced" claim's diagnosis
 from what was measured (the curve, the active codes, the best steps). See notebooks/fdt.py, section
 "More data: FDT vs pooled as the training set grows".
@@ -14,24 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-import torch
 
+from lib.core import curves
 from lib.core.results import Claim, Runs, versus
 
-__all__ = ["SUBSET_SEED", "training_subset", "data_size_curve", "curve_frame", "curve_trend", "stuck_runs",
-           "above_chance", "diagnose"]
+__all__ = ["data_size_curve", "curve_frame", "curve_trend", "stuck_runs", "above_chance", "diagnose"]
 
-SUBSET_SEED = 20240917  # one permutation for every size and training seed: the subsets are nested
-
-
-def training_subset(rows: int, size: int | None) -> torch.Tensor | None:
-    """The first ``size`` rows of a fixed seeded permutation of the ``rows`` training pairs (None: all).
-    The permutation does not depend on the training seed, so each smaller set is part of every larger one."""
-    if size is None or size >= rows:
-        return None
-    if size < 2:
-        raise ValueError(f"a training subset needs at least 2 pairs, got {size}")
-    return torch.randperm(rows, generator=torch.Generator().manual_seed(SUBSET_SEED))[:size]
+CURVE = ({"head": "FDT"}, {"head": "pooled"}, ("FDT", "pooled"))  # the curve's comparison: A, B and their names
 
 
 def data_size_curve(cfg, bench, feats, runs: Runs, train_and_evaluate: Callable) -> Runs:
@@ -45,34 +34,18 @@ def data_size_curve(cfg, bench, feats, runs: Runs, train_and_evaluate: Callable)
             for seed in cfg.seeds:
                 done = [r for r in runs.where(head=head, seed=seed) if r["train_pairs"] == size]
                 curve.add(done[0] if done else train_and_evaluate(
-                    cfg, bench, feats, kind, seed, subset=training_subset(total, size))[0])
+                    cfg, bench, feats, kind, seed, subset=curves.nested_subset(total, size))[0])
     return curve
 
 
 def curve_frame(curve: Runs, metric: str):
-    """One row per training-set size: FDT and pooled mean ± sd (percent) and the rule's outcome."""
-    import pandas as pd
-
-    rows = []
-    for size in sorted({r["train_pairs"] for r in curve}):
-        cmp = curve.compare(metric, {"head": "FDT", "train_pairs": size}, {"head": "pooled", "train_pairs": size})
-        rows.append({"training pairs": size, "FDT %": curve.summary(metric, head="FDT", train_pairs=size).text(),
-                     "pooled %": curve.summary(metric, head="pooled", train_pairs=size).text(),
-                     "FDT − pooled (points)": round(100 * cmp.difference, 1) if cmp.difference is not None else None,
-                     "outcome": {"a": "FDT ahead", "b": "pooled ahead", "tie": "no clear difference"}.get(cmp.outcome,
-                                                                                                      cmp.outcome)})
-    return pd.DataFrame(rows)
+    """One row per training-set size: FDT and pooled mean ± sd and the rule's outcome (:func:`lib.core.curves.table`)."""
+    return curves.table(curve, metric, *CURVE)
 
 
 def curve_trend(curve: Runs, metric: str) -> str:
-    """One sentence: FDT − pooled in points at each training-set size, with who is clearly ahead."""
-    steps = []
-    for size in sorted({r["train_pairs"] for r in curve}):
-        cmp = curve.compare(metric, {"head": "FDT", "train_pairs": size}, {"head": "pooled", "train_pairs": size})
-        if cmp.difference is not None:
-            mark = {"a": " (FDT ahead)", "b": " (pooled ahead)"}.get(cmp.outcome, " (no clear difference)")
-            steps.append(f"{size:,}: {100 * cmp.difference:+.1f}{mark}")
-    return "FDT − pooled in points by training pairs: " + "; ".join(steps) if len(steps) > 1 else ""
+    """One sentence: FDT − pooled in points at each training-set size (:func:`lib.core.curves.trend`)."""
+    return curves.trend(curve, metric, *CURVE)
 
 
 def stuck_runs(*runs: Runs) -> list[dict]:

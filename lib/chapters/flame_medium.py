@@ -18,7 +18,7 @@ import torch
 
 from lib.chapters import flame
 from lib.core import config as configs
-from lib.core import features
+from lib.core import curves, features
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.results import Claim, Runs
 from lib.data import medium, tuxpaint
@@ -28,7 +28,7 @@ __all__ = ["MediumConfig", "load_config", "subsets", "tux_multilingual", "text_s
            "run", "stuck_runs", "data_size_curve", "curve_frame", "curve_trend", "claims", "findings",
            "facet_similarity_by_source", "translation_match", "language_bars", "SUBSET_SEED"]
 
-SUBSET_SEED = 20240917  # the permutation of every split's rows (the ShareLock chapter's training_subset seed)
+SUBSET_SEED = curves.SUBSET_SEED  # the permutation of every split's rows (the data-size curves' seed)
 
 
 @dataclass(frozen=True)
@@ -211,26 +211,17 @@ def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, 
     return curve
 
 
-def curve_frame(curve: Runs, metric: str):
-    """One row per training size: FLAME and scratch mean ± sd and the rule's outcome."""
-    import pandas as pd
+CURVE = ({"method": "flame"}, {"method": "scratch"}, ("FLAME", "scratch"))  # the curve's comparison: A, B, names
 
-    rows = []
-    for size in sorted({r["train_pairs"] for r in curve}):
-        cmp = curve.compare(metric, dict(method="flame", train_pairs=size), dict(method="scratch", train_pairs=size))
-        rows.append({"training pairs": size, "FLAME": cmp.a.text(), "from scratch": cmp.b.text(),
-                     "FLAME − scratch (points)": round(100 * cmp.difference, 1) if cmp.difference is not None else None,
-                     "outcome": {"a": "FLAME ahead", "b": "scratch ahead", "tie": "no clear difference",
-                                 "unknown": "too few seeds"}[cmp.outcome]})
-    return pd.DataFrame(rows)
+
+def curve_frame(curve: Runs, metric: str):
+    """One row per training size: FLAME and scratch mean ± sd and the rule's outcome (:func:`lib.core.curves.table`)."""
+    return curves.table(curve, metric, *CURVE)
 
 
 def curve_trend(curve: Runs, metric: str) -> str:
-    """One sentence: FLAME − scratch in points at each training size (the claims' diagnosis)."""
-    frame = curve_frame(curve, metric)
-    return "FLAME − scratch in points by training pairs: " + "; ".join(
-        f"{r['training pairs']:,}: {r['FLAME − scratch (points)']:+.1f}"
-        + (f" ({r['outcome']})" if r["outcome"].endswith("ahead") else "") for r in frame.to_dict("records"))
+    """One sentence: FLAME − scratch in points at each training size (:func:`lib.core.curves.trend`)."""
+    return curves.trend(curve, metric, *CURVE)
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.core import config as configs
-from lib.core import features
+from lib.core import curves, features
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.results import Claim, Runs, compare, versus
@@ -26,7 +26,7 @@ from lib.data.datasets import Benchmark, DataConfig
 from lib.methods.sharelock import ShareLock
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "feature_plan", "ChapterFeatures", "grid",
-           "train_and_evaluate", "training_subset", "data_size_curve", "curve_frame", "stuck_runs", "held_out_groups", "prompt_sets",
+           "train_and_evaluate", "data_size_curve", "curve_frame", "stuck_runs", "held_out_groups", "prompt_sets",
            "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label", "method_diagram"]
 
 NAME = "sharelock"
@@ -162,18 +162,6 @@ def grid(cfg: Config) -> list[tuple[TextModelConfig, VisionModelConfig, str]]:
     return [(t, v, kind) for t, v in pairs for kind in ("mlp", "linear")]
 
 
-def training_subset(rows: int, size: int | None) -> torch.Tensor | None:
-    """The first ``size`` of a fixed permutation of the ``rows`` training pairs (None: all of them).
-
-    The permutation does not depend on the training seed, so the subsets of the data-size curve are nested
-    (each smaller set is part of every larger one) and the seeds vary only the training itself."""
-    if size is None or size >= rows:
-        return None
-    if size < 2:
-        raise ValueError(f"a training subset needs at least 2 pairs, got {size}")
-    return torch.randperm(rows, generator=torch.Generator().manual_seed(20240917))[:size]
-
-
 def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModelConfig, vision: VisionModelConfig,
           kind: str = "mlp") -> ShareLock:
     """A fresh ShareLock (``kind="mlp"``) or linear (``"linear"``) head for this pair of models."""
@@ -189,14 +177,14 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, te
     zero-shot on every labelled set and by retrieval on the unseen pairs.
 
     ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
-    everything else kept). ``train_pairs``: train on that many pairs only (:func:`training_subset`; the
+    everything else kept). ``train_pairs``: train on that many pairs only (:func:`lib.core.curves.nested_subset`; the
     data-size curve). Returns the run's row (for :class:`lib.core.results.Runs`), the
     :class:`~lib.core.train.TrainResult` and the trained method.
     """
     seed_everything(seed)
     method = build(cfg, feats, bench, text, vision, kind)
     text_train, image_train = feats.captions(text, bench.train), feats.image(vision, bench.train)
-    subset = training_subset(len(text_train), train_pairs)
+    subset = curves.nested_subset(len(text_train), train_pairs)
     if subset is not None:
         text_train, image_train = text_train[subset], image_train[subset]
     if shuffle_captions:
@@ -255,19 +243,16 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
     return curve
 
 
+HEADS = ({"head": "mlp"}, {"head": "linear"}, ("MLP", "linear"))  # the curve's comparison: A, B and their names
+
+
 def curve_frame(curve: Runs, metric: str):
     """One row per (text model, training pairs): MLP and linear mean ± sd and the rule's outcome."""
     import pandas as pd
 
-    rows = []
-    for (text, size), _ in curve.frame().groupby(["text", "train_pairs"]):
-        cmp = curve.compare(metric, dict(text=text, head="mlp", train_pairs=size),
-                            dict(text=text, head="linear", train_pairs=size))
-        rows.append({"text model": text, "training pairs": int(size), "MLP": cmp.a.text(), "linear": cmp.b.text(),
-                     "MLP − linear (points)": round(100 * cmp.difference, 1) if cmp.difference is not None else None,
-                     "outcome": {"a": "MLP ahead", "b": "linear ahead", "tie": "no clear difference",
-                                 "unknown": "too few seeds"}[cmp.outcome]})
-    return pd.DataFrame(rows)
+    tables = [curves.table(curve.where(text=text), metric, *HEADS).assign(**{"text model": text})
+              for text in sorted({r["text"] for r in curve})]
+    return pd.concat([t[["text model", *t.columns[:-1]]] for t in tables], ignore_index=True)
 
 
 @torch.no_grad()
@@ -282,21 +267,6 @@ def style_diagnostics(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     return {"cross_style_nearest_same": float(nearest.float().mean()), "mean_cosine": float((a @ a.T).mean())}
 
 
-def curve_trend(curve: Runs, metric: str, text: str, a: dict, b: dict, names: tuple[str, str]) -> str:
-    """One sentence on how A − B moves along the data-size curve for one text model (the claims' diagnosis)."""
-    sizes = sorted({r["train_pairs"] for r in curve.where(text=text)})
-    steps = []
-    for size in sizes:
-        cmp = curve.compare(metric, {**a, "text": text, "train_pairs": size}, {**b, "text": text, "train_pairs": size})
-        if cmp.difference is None:
-            continue
-        mark = {"a": f" ({names[0]} ahead)", "b": f" ({names[1]} ahead)"}.get(cmp.outcome, "")
-        steps.append(f"{size:,}: {100 * cmp.difference:+.1f}{mark}")
-    if len(steps) < 2:
-        return ""
-    return f"{names[0]} − {names[1]} in points, {text}, by training pairs: " + "; ".join(steps)
-
-
 def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None) -> list[Claim]:
     """The paper's claims that the chapter's runs can test, each with its verdict (``lib.core.results.RULE``);
     with the data-size ``curve``, the head claim's diagnosis says how the gap moves as the data grow."""
@@ -309,8 +279,7 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None)
               "same data", "Table 3, ImageNet-1k top-1 at 563k CC3M-LLaVA pairs",
               runs.compare(metric, {**main, "head": "mlp"}, {**main, "head": "linear"}),
               ("MLP head", "linear head"), paper_value="ShareLock 50.5 vs LiT 41.7",
-              diagnosis="; ".join(filter(None, (curve_trend(curve, metric, short(t), {"head": "mlp"},
-                                                            {"head": "linear"}, ("MLP", "linear"))
+              diagnosis="; ".join(filter(None, (curves.trend(curve.where(text=t), metric, *HEADS, context=t)
                                                 for t in sorted({r["text"] for r in curve}))))
               if curve is not None else None),
         Claim("zero_shot_above_chance", "frozen features and a small head transfer zero-shot to concepts never seen "

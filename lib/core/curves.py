@@ -60,8 +60,10 @@ def table(curve: Runs, metric: str, a: Mapping, b: Mapping, names: tuple[str, st
     return pd.DataFrame(rows)
 
 
-def trend(curve: Runs, metric: str, a: Mapping, b: Mapping, names: tuple[str, str], size_key: str = "train_pairs") -> str:
-    """One sentence on how A − B moves along the curve (a claim's diagnosis); empty with fewer than 2 sizes."""
+def trend(curve: Runs, metric: str, a: Mapping, b: Mapping, names: tuple[str, str], size_key: str = "train_pairs",
+          context: str = "") -> str:
+    """One sentence on how A − B moves along the curve (a claim's diagnosis); empty with fewer than 2 sizes.
+    ``context`` names what A and B share (a text model), said after "in points"."""
     steps = []
     for size in sorted({r[size_key] for r in curve}):
         cmp = curve.compare(metric, {**a, size_key: size}, {**b, size_key: size})
@@ -70,4 +72,5 @@ def trend(curve: Runs, metric: str, a: Mapping, b: Mapping, names: tuple[str, st
             steps.append(f"{size:,}: {100 * cmp.difference:+.1f}{mark}")
     if len(steps) < 2:
         return ""
-    return f"{names[0]} − {names[1]} in points, by training pairs: " + "; ".join(steps)
+    where = f", {context}" if context else ""
+    return f"{names[0]} − {names[1]} in points{where}, by training pairs: " + "; ".join(steps)

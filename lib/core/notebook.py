@@ -77,9 +77,17 @@ def chance_line(axis, level: float, *, vertical: bool = False, label: str = "cha
 
 
 def runtime(started: float) -> str:
-    """How long this run took, in words for the chapter's opening ("48 seconds on 2 CPU threads")."""
+    """How long this run took, in words for the chapter's opening ("48 seconds on 2 CPU threads"), and how many of
+    its training runs were read back from the run cache (:mod:`lib.core.run_cache`), so a fast re-execution is
+    never mistaken for the cost of training."""
     import torch
+
+    from lib.core import run_cache
 
     elapsed = time.time() - started
     amount = f"{elapsed:.0f} seconds" if elapsed < 120 else f"{elapsed / 60:.0f} minutes"
-    return f"{amount} on {torch.get_num_threads()} CPU threads"
+    said = f"{amount} on {torch.get_num_threads()} CPU threads"
+    done = run_cache.counts()
+    if done["read"]:
+        said += f" ({done['read']} of its {done['read'] + done['trained']} training runs read from the run cache)"
+    return said

@@ -314,6 +314,7 @@ def write_metrics(output_dir: str | os.PathLike, *, chapter: str, config: str, s
     of the run; ``features``: the :class:`lib.core.features.Features` of the run (its shard counts are
     recorded); ``extra``: anything else the chapter's tests or the results page read.
     """
+    from lib.core import run_cache
     from lib.core.atomic import write_json
 
     computed, reused = features.counts() if features is not None else (0, 0)
@@ -322,6 +323,7 @@ def write_metrics(output_dir: str | os.PathLike, *, chapter: str, config: str, s
         "seconds": round(time.time() - started, 1),
         "features": {"shards_computed": computed, "shards_reused": reused,
                      "entries": len(features.report) if features is not None else 0},
+        "training": run_cache.counts(),  # runs trained here and runs read back (lib.core.run_cache)
         "findings": dict(findings or {}),
         "claims": [c.as_dict() for c in claims],
         "runs": list(runs.rows if isinstance(runs, Runs) else runs),

@@ -38,10 +38,13 @@ What the loop does, and why:
   ``seed + r``, so ranks do not share masks), and BatchNorm statistics on CPU (see :func:`fit`).
   Validation runs on every rank over the whole validation set without gathering, and rank 0's value
   decides best step and early stopping on all ranks. Why and how: book/scale_out.md.
+* With ``LIB_RUN_CACHE=1`` a run already done (same tensors, method, settings, seed, code) is read back
+  instead of retrained, weights included (:mod:`lib.core.run_cache`).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -54,7 +57,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lib.core import distributed
+from lib.core import distributed, run_cache
 from lib.core.config import TrainSettings
 
 __all__ = ["TrainSettings", "TrainResult", "fit", "seed_everything", "cosine_with_warmup"]
@@ -112,6 +115,7 @@ class TrainResult:
     world_size: int = 1
     seed: int = 0
     device: str = "cpu"
+    cached: bool = False  # read from the run cache (lib.core.run_cache): ``seconds`` is the original run's
 
     def history_frame(self):
         """The history as a pandas DataFrame (one row per step), for tables and plots."""
@@ -308,6 +312,11 @@ def fit(
 
     device = torch.device(device)
     world, rank = (distributed.world_size(), distributed.rank()) if distributed.is_distributed() else (1, 0)
+    cache_key = run_cache.key_or_none(method, train, val, settings, seed, device) if world == 1 else None
+    if cache_key is not None and (done := run_cache.load(cache_key, method)) is not None:
+        method.to(device).train()
+        run_cache.count(read=True)
+        return TrainResult(**done, settings=settings, cached=True)
     if world > 1 and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())  # cuda:LOCAL_RANK (lib.core.distributed.init)
     n_train = _num_rows(train, "train")
@@ -434,7 +443,7 @@ def fit(
         method.load_state_dict(best_state)
     if world > 1:
         _sync_state_from_rank0(method)
-    return TrainResult(
+    result = TrainResult(
         history=history,
         best_step=best_step,
         best_val_loss=None if best_step is None else best_val,
@@ -449,3 +458,9 @@ def fit(
         seed=seed,
         device=str(device),
     )
+    run_cache.count(read=False)
+    if cache_key is not None:
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in {"settings", "cached"}}
+        run_cache.save(cache_key, method, fields)
+    return result
+

@@ -1,0 +1,62 @@
+"""Which ``lib`` source files a piece of code can run: the modules it imports, and theirs, transitively.
+
+Why: two caches are keyed by the code they depend on. ``make book`` re-executes a chapter when a ``lib`` file its
+cells can reach changes (tools/run_notebooks.py), and the run cache (:mod:`lib.core.run_cache`) keys a training
+run by the files its method and the training loop can reach. Both need the same answer, read from the sources
+(``ast``, nothing imported), so that an edit to one chapter's plotting module re-executes or retrains nothing
+else.
+
+See notebooks/sharelock.py, section "Training the head" (the run cache).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from lib.core.paths import REPO_ROOT
+
+__all__ = ["lib_modules", "imported", "closure"]
+
+
+def lib_modules(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Every module of ``<root>/lib`` by dotted name (a package by its ``__init__.py``)."""
+    out = {}
+    for path in (Path(root) / "lib").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imported(path: Path, known: dict[str, Path]) -> set[str]:
+    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and ``lib.a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    with_parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 2)}
+    return {name for name in with_parents if name in known}
+
+
+def closure(start: list[Path] | list[str], root: Path = REPO_ROOT) -> list[Path]:
+    """The ``lib`` files reachable from ``start``: source files (a notebook's ``.py``) or dotted module names.
+
+    A start file that cannot be parsed depends on all of ``lib`` (the safe answer for a cache key)."""
+    known = lib_modules(root)
+    todo: set[str] = set()
+    for item in start:
+        if isinstance(item, str) and item in known:
+            todo |= {item} | imported(known[item], known)
+            continue
+        try:
+            todo |= imported(Path(item), known)
+        except SyntaxError:
+            return sorted(known.values())
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo |= imported(known[name], known) - seen
+    return sorted(known[name] for name in seen)

@@ -1,0 +1,182 @@
+"""A cache of training runs: :func:`lib.core.train.fit` reads a run it has already done instead of redoing it.
+
+Why: on one CPU process ``fit`` is deterministic (same inputs and seed give bit-identical history and weights,
+``tests/test_train.py``), so a run is a pure function of its inputs, as a cached feature is of its model and its
+texts. Re-executing a chapter whose features are in the store then costs the minutes its figures take, not the
+half hour its runs take. The key names everything a run reads:
+
+* the training and validation tensors (dtype, shape and a BLAKE2 digest of their bytes) and the seed;
+* the :class:`~lib.core.config.TrainSettings` and the device;
+* the method: every submodule's class and every attribute the training can read (parameters and buffers by their
+  bytes, plain values by their ``repr``, tensors and random generators by their bytes or state);
+* the code: the ``lib`` files the method's module and the training loop can reach (:mod:`lib.core.code_closure`),
+  and the torch and Python versions.
+
+A method holding something the key cannot name (an object whose ``repr`` is its memory address) is trained and
+not cached. Several processes (``torchrun``) are never cached. An entry that cannot be read is retrained and
+replaced, with a warning naming it. Opt-in with ``LIB_RUN_CACHE=1`` (``make book`` sets it; the tests do not);
+``make clean-cache`` drops it.
+
+See notebooks/sharelock.py, section "Training the head" (the run cache).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lib.core import atomic, code_closure, paths
+
+__all__ = ["enabled", "run_key", "key_or_none", "load", "save", "cache_dir", "counts"]
+
+SCHEMA = 1
+_LOOP_MODULES = ["lib.core.train"]
+_COUNTS = {"trained": 0, "read": 0}  # this process's runs (a notebook's kernel): recorded in metrics.json
+_SKIP = {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set"}
+
+
+def enabled() -> bool:
+    """``LIB_RUN_CACHE=1`` (or ``true``/``yes``/``on``) turns the cache on."""
+    return os.environ.get("LIB_RUN_CACHE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def counts() -> dict[str, int]:
+    """How many runs this process trained and how many it read back (``metrics.json``'s ``training``)."""
+    return dict(_COUNTS)
+
+
+def count(read: bool) -> None:
+    _COUNTS["read" if read else "trained"] += 1
+
+
+def cache_dir() -> Path:
+    return paths.cache_root() / "runs"
+
+
+class Unnameable(Exception):
+    """Something a run reads that the key cannot name: the run is trained, not cached."""
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
+    data = tensor.detach().to("cpu").contiguous()
+    flat = data.reshape(-1)
+    raw = flat.view(torch.uint8) if data.dtype != torch.bool else flat.to(torch.uint8)
+    digest = hashlib.blake2b(raw.numpy().tobytes() if raw.numel() else b"", digest_size=20).hexdigest()
+    return f"{data.dtype}{tuple(data.shape)}:{digest}"
+
+
+def _value(value: Any, where: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _tensor_digest(value)
+    if isinstance(value, torch.Generator):
+        return "generator:" + _tensor_digest(value.get_state())
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _value(v, f"{where}[{k!r}]") for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (set, frozenset)):
+        return sorted(repr(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _value(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}
+    qualname = getattr(value, "__qualname__", "")
+    if callable(value) and isinstance(qualname, str) and qualname and "<" not in qualname:
+        return f"callable:{getattr(value, '__module__', '?')}.{qualname}"  # a named function: its code is keyed
+    text = repr(value)
+    if " at 0x" in text or " object at " in text:
+        raise Unnameable(f"{where} is a {type(value).__name__} whose repr names no content")
+    return f"{type(value).__module__}.{type(value).__qualname__}:{text}"
+
+
+def method_fingerprint(method: nn.Module) -> dict:
+    """Every submodule's class, parameters, buffers and plain attributes (see the module docstring)."""
+    out = {}
+    for name, module in method.named_modules():
+        entry = {"class": f"{type(module).__module__}.{type(module).__qualname__}"}
+        entry["state"] = {k: _tensor_digest(v) for k, v in module.state_dict(keep_vars=True).items() if "." not in k}
+        entry["requires_grad"] = sorted(k for k, p in module.named_parameters(recurse=False) if p.requires_grad)
+        attrs = {k: v for k, v in vars(module).items() if k not in _SKIP and not k.startswith("_")}
+        entry["attrs"] = {k: _value(v, f"{name or 'method'}.{k}") for k, v in sorted(attrs.items())}
+        out[name or "."] = entry
+    return out
+
+
+def _code_digest(method: nn.Module) -> str:
+    digest = hashlib.sha256()
+    for path in code_closure.closure([type(method).__module__, *_LOOP_MODULES]):
+        digest.update(path.relative_to(paths.REPO_ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_key(method: nn.Module, train: dict[str, torch.Tensor], val: dict[str, torch.Tensor] | None,
+            settings: Any, seed: int, device: str) -> str:
+    """The run's key (hex), or raises :class:`Unnameable` (see the module docstring)."""
+    if not type(method).__module__.startswith("lib."):
+        raise Unnameable(f"{type(method).__qualname__} is not defined in lib, so its code cannot be keyed")
+    parts = {
+        "schema": SCHEMA,
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "device": str(device),
+        "seed": int(seed),
+        "settings": _value(settings, "settings"),
+        "train": {k: _tensor_digest(v) for k, v in sorted(train.items())},
+        "val": None if val is None else {k: _tensor_digest(v) for k, v in sorted(val.items())},
+        "method": method_fingerprint(method),
+        "code": _code_digest(method),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def key_or_none(method: nn.Module, train: dict[str, torch.Tensor], val: dict[str, torch.Tensor] | None,
+                settings: Any, seed: int, device: Any) -> str | None:
+    """The run's key when the cache is on (``LIB_RUN_CACHE=1``) and the run can be keyed, else None."""
+    if not enabled():
+        return None
+    try:
+        return run_key(method, train, val, settings, seed, str(device))
+    except Unnameable as reason:
+        warnings.warn(f"run cache: this run is trained and not cached: {reason}", stacklevel=3)
+        return None
+
+
+def _entry(key: str) -> Path:
+    return cache_dir() / key[:2] / key
+
+
+def load(key: str, method: nn.Module) -> dict | None:
+    """The stored result fields, with the stored weights loaded into ``method``; None when absent or unreadable."""
+    entry = _entry(key)
+    if not entry.exists():
+        return None
+    try:
+        fields = json.loads((entry / "run.json").read_text(encoding="utf-8"))
+        state = torch.load(entry / "weights.pt", map_location="cpu", weights_only=True)
+        method.load_state_dict(state)
+        return fields
+    except Exception as error:  # damaged or partial: retrain and replace
+        first_line = (str(error).strip().splitlines() or [""])[0][:160]
+        warnings.warn(f"run cache entry {entry} cannot be read ({type(error).__name__}: {first_line}); "
+                      "retraining the run and replacing the entry", stacklevel=3)
+        return None
+
+
+def save(key: str, method: nn.Module, fields: dict) -> None:
+    """Write the entry whole or not at all (:func:`lib.core.atomic.building_dir`)."""
+    try:
+        with atomic.building_dir(_entry(key)) as tmp:
+            state = {k: v.detach().to("cpu") for k, v in method.state_dict().items()}
+            torch.save(state, tmp / "weights.pt")
+            atomic.write_json(tmp / "run.json", fields)
+    except (OSError, ValueError) as error:  # ValueError: a non-finite number, which strict JSON refuses
+        print(f"run cache: could not write {_entry(key)} ({error}); the run is not cached", file=sys.stderr)
