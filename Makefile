@@ -8,8 +8,9 @@
 #                     in place, skipped when nothing changed; a medium chapter first runs the medium
 #                     set-up step; metrics copied to book/metrics/), render book/results.md
 #                     from them and book/papers.yaml, then build the book into _build/html
-#   make test         setup, then pytest: nbval runs the committed notebooks first (computing every
-#                     feature into the store), then the unit tests and the papermill runs reuse them
+#   make test         setup, then pytest on TEST_WORKERS processes (default 2, pytest-xdist): nbval runs each
+#                     committed notebook (computing its features into the store) before the tests that check
+#                     its run, on the same worker (groups: conftest.py); the other test files share the rest
 #   make sync         re-pair notebooks/*.py (py:percent, the source) with their .ipynb (jupytext)
 #   make clean-cache  drop the cached-feature store, the decoded pixels and the run cache (all recomputed on the next run)
 
@@ -26,6 +27,9 @@ export HF_HUB_OFFLINE
 # _toc.yml at the top level and the config in book/, so both are named explicitly.
 JB_FLAGS := --config book/_config.yml --toc _toc.yml
 
+# make test's processes: two on CI's two cores, one torch thread each (conftest.py); TEST_WORKERS=0 runs in one.
+TEST_WORKERS ?= 2
+
 .PHONY: setup setup-medium book test sync clean-cache
 
 setup:
@@ -40,7 +44,7 @@ book: setup
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup
-	$(PY) -m pytest -q --durations=12 notebooks --nbval-lax tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=12 notebooks --nbval-lax tests
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/*.py

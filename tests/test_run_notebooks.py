@@ -119,17 +119,52 @@ def test_the_committed_outputs_come_from_the_current_inputs(source):
         f"python -m tools.run_notebooks {source.stem}")
 
 
-def test_nbval_compares_outputs_only_of_notebooks_shown_in_the_config_it_runs():
+def _root_conftest():
     import importlib.util
-    from collections import defaultdict
-    from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
     root_conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(root_conftest)
+    return root_conftest
+
+
+def _item(path: Path, **params):
+    """What the root conftest's hook reads of a collected item: its path, nbval's options, its parameters, its marks."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    item = SimpleNamespace(path=path, options=defaultdict(bool, check=True), marks=[],
+                           callspec=SimpleNamespace(params=params))
+    item.add_marker = item.marks.append
+    return item
+
+
+def test_nbval_compares_outputs_only_of_notebooks_shown_in_the_config_it_runs():
     shown = run_notebooks.shown_configs()
-    items = [SimpleNamespace(path=ROOT / "notebooks" / f"{name}.ipynb", options=defaultdict(bool, check=True))
-             for name in shown]
-    test_file = SimpleNamespace(path=ROOT / "tests" / "test_layout.py")
-    root_conftest.pytest_collection_modifyitems(None, [*items, test_file])
+    items = [_item(ROOT / "notebooks" / f"{name}.ipynb") for name in shown]
+    test_file = _item(ROOT / "tests" / "test_layout.py")
+    _root_conftest().pytest_collection_modifyitems(None, [*items, test_file])
     assert {Path(i.path).stem: i.options["check"] for i in items} == {n: c == "small" for n, c in shown.items()}
+
+
+def test_each_chapter_test_runs_on_the_worker_that_ran_its_notebook_after_it():
+    """make test runs on two workers (pytest-xdist, --dist loadgroup): a test that checks the run nbval made of a
+    chapter must share that notebook's group (one worker, in collection order), and the notebooks come first."""
+    conftest = _root_conftest()
+    cells = [_item(ROOT / "notebooks" / f"{name}.ipynb") for name in ("fdt", "fdt", "viterb", "sharelock")]
+    tests = [_item(ROOT / "tests" / "test_fdt_chapter.py"), _item(ROOT / "tests" / "test_notebooks.py"),
+             _item(ROOT / "tests" / "test_results_page.py", chapter="viterb"),
+             _item(ROOT / "tests" / "test_results_page.py"), _item(ROOT / "tests" / "test_store.py")]
+    items = [tests[0], *cells, *tests[1:]]
+    conftest.pytest_collection_modifyitems(None, items)
+
+    def group(item) -> str:
+        (mark,) = item.marks
+        assert mark.name == "xdist_group"
+        return mark.args[0]
+
+    assert [Path(i.path).stem for i in items[:4]] == ["viterb", "sharelock", "fdt", "fdt"]  # longest chapter first
+    assert [group(i) for i in items] == ["viterb", "sharelock", "fdt", "fdt", "fdt", "sharelock", "viterb",
+                                         "test_results_page", "test_store"]
+    assert set(conftest.READS_THE_CHAPTER_RUN.values()) | {"viterb"} <= set(conftest.NOTEBOOK_ORDER)
+    assert set(conftest.NOTEBOOK_ORDER) == {p.stem for p in run_notebooks.chapters()}

