@@ -78,7 +78,15 @@ def _set(path):
     return apply
 
 
-DELETE = object()
+class _Delete:
+    """Marks a key to remove; its fixed repr keeps the test id the same in every process (pytest-xdist's workers
+    must collect identical ids)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 BAD_FIELDS = [
     # (path in the raw section, bad value, field path in the message, value as the message shows it)
