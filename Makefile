@@ -44,7 +44,7 @@ book: setup
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=12 notebooks --nbval-lax tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=12 notebooks --nbval-lax tests
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/*.py

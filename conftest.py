@@ -15,6 +15,7 @@ each on two cores spin against each other.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -31,20 +32,41 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, and inher
 # or (test_results_page) whose run its `chapter` parameter names: that test must run after the notebook, on its worker.
 READS_THE_CHAPTER_RUN = {"test_notebooks": "sharelock", "test_fdt_chapter": "fdt", "test_flame_chapter": "flame",
                          "test_three_towers_chapter": "three_towers", "test_viterb": "viterb"}
-# Notebooks first, longest first, so that the two workers start on the two longest chapters.
+# Notebooks first, longest first, so that the two workers start on the two longest chapters; then the rehearsals (the
+# longest test file); then the rest in collection order (make test passes --no-loadscope-reorder to keep this order).
 NOTEBOOK_ORDER = ["viterb", "flame", "sharelock", "three_towers", "fdt"]
+EARLY_TESTS = ["test_rehearsal"]
+_NOTEBOOK = re.compile(r"(?:^|/)notebooks/(\w+)(?:\.|::)ipynb(?:::|$)")  # pytest 9 may show "name::ipynb"
 
 
-def _group(item, path: Path) -> str:
-    if path.suffix == ".ipynb":
-        return path.stem
-    chapter = getattr(getattr(item, "callspec", None), "params", {}).get("chapter")
-    if path.stem == "test_results_page" and chapter:
-        return chapter
-    return READS_THE_CHAPTER_RUN.get(path.stem, path.stem)
+def worker_group(nodeid: str) -> str:
+    """The unit that one worker runs in collection order: a notebook's cells with the tests of its run, else a file."""
+    found = _NOTEBOOK.search(nodeid)
+    if found:
+        return found.group(1)
+    path, _, rest = nodeid.partition("::")
+    stem = Path(path).stem
+    param = rest[rest.find("[") + 1:-1] if rest.endswith("]") else ""
+    if stem == "test_results_page" and param in NOTEBOOK_ORDER:
+        return param
+    return READS_THE_CHAPTER_RUN.get(stem, path)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups of :func:`worker_group` (pytest-xdist's own groups come from renaming
+    node ids, which pytest 9 no longer allows)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ChapterGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return ChapterGroups(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     from tools.run_notebooks import shown_configs
 
@@ -54,12 +76,15 @@ def pytest_collection_modifyitems(config, items):
     def path_of(item) -> Path:
         return Path(str(getattr(item, "path", getattr(item, "fspath", ""))))
 
-    notebooks = [item for item in items if path_of(item).suffix == ".ipynb"]
-    notebooks.sort(key=lambda item: rank.get(path_of(item).stem, len(rank)))  # stable: cells keep their order
-    items[:] = notebooks + [item for item in items if path_of(item).suffix != ".ipynb"]
+    def place(item) -> tuple:
+        path = path_of(item)
+        if path.suffix == ".ipynb":
+            return 0, rank.get(path.stem, len(rank))
+        return (1, EARLY_TESTS.index(path.stem)) if path.stem in EARLY_TESTS else (2, 0)
+
+    items.sort(key=place)  # stable: cells and tests keep their order within a file
     for item in items:
         path = path_of(item)
-        item.add_marker(pytest.mark.xdist_group(_group(item, path)))
         options = getattr(item, "options", None)
         if path.suffix == ".ipynb" and isinstance(options, dict) and shown.get(path.stem, "small") != "small":
             options["check"] = False

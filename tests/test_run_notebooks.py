@@ -128,15 +128,12 @@ def _root_conftest():
     return root_conftest
 
 
-def _item(path: Path, **params):
-    """What the root conftest's hook reads of a collected item: its path, nbval's options, its parameters, its marks."""
+def _item(path: Path):
+    """What the root conftest's hook reads of a collected item: its path and nbval's options."""
     from collections import defaultdict
     from types import SimpleNamespace
 
-    item = SimpleNamespace(path=path, options=defaultdict(bool, check=True), marks=[],
-                           callspec=SimpleNamespace(params=params))
-    item.add_marker = item.marks.append
-    return item
+    return SimpleNamespace(path=path, options=defaultdict(bool, check=True))
 
 
 def test_nbval_compares_outputs_only_of_notebooks_shown_in_the_config_it_runs():
@@ -151,20 +148,18 @@ def test_each_chapter_test_runs_on_the_worker_that_ran_its_notebook_after_it():
     """make test runs on two workers (pytest-xdist, --dist loadgroup): a test that checks the run nbval made of a
     chapter must share that notebook's group (one worker, in collection order), and the notebooks come first."""
     conftest = _root_conftest()
-    cells = [_item(ROOT / "notebooks" / f"{name}.ipynb") for name in ("fdt", "fdt", "viterb", "sharelock")]
-    tests = [_item(ROOT / "tests" / "test_fdt_chapter.py"), _item(ROOT / "tests" / "test_notebooks.py"),
-             _item(ROOT / "tests" / "test_results_page.py", chapter="viterb"),
-             _item(ROOT / "tests" / "test_results_page.py"), _item(ROOT / "tests" / "test_store.py")]
-    items = [tests[0], *cells, *tests[1:]]
-    conftest.pytest_collection_modifyitems(None, items)
-
-    def group(item) -> str:
-        (mark,) = item.marks
-        assert mark.name == "xdist_group"
-        return mark.args[0]
-
-    assert [Path(i.path).stem for i in items[:4]] == ["viterb", "sharelock", "fdt", "fdt"]  # longest chapter first
-    assert [group(i) for i in items] == ["viterb", "sharelock", "fdt", "fdt", "fdt", "sharelock", "viterb",
-                                         "test_results_page", "test_store"]
-    assert set(conftest.READS_THE_CHAPTER_RUN.values()) | {"viterb"} <= set(conftest.NOTEBOOK_ORDER)
+    group = conftest.worker_group
+    assert group("notebooks/fdt.ipynb::Cell 3") == group("notebooks/fdt::ipynb::Cell 0") == "fdt"
+    assert group("tests/test_fdt_chapter.py::test_claims_follow_the_one_rule") == "fdt"
+    assert group("tests/test_notebooks.py::test_py_and_ipynb_are_in_sync[flame]") == "sharelock"
+    assert group("tests/test_results_page.py::test_the_chapter_as_run_now_still_writes_every_metric[viterb]") == "viterb"
+    assert group("tests/test_results_page.py::test_a_chapter_without_metrics") == "tests/test_results_page.py"
+    assert group("tests/test_store.py::test_round_trip[float16]") == "tests/test_store.py"
+    assert set(conftest.READS_THE_CHAPTER_RUN.values()) <= set(conftest.NOTEBOOK_ORDER)
     assert set(conftest.NOTEBOOK_ORDER) == {p.stem for p in run_notebooks.chapters()}
+
+    cells = [_item(ROOT / "notebooks" / f"{name}.ipynb") for name in ("fdt", "fdt", "viterb", "sharelock")]
+    tests = [_item(ROOT / "tests" / "test_fdt_chapter.py"), _item(ROOT / "tests" / "test_rehearsal.py")]
+    items = [tests[0], *cells, tests[1]]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert items == [cells[2], cells[3], cells[0], cells[1], tests[1], tests[0]]  # longest first; cells keep their order
