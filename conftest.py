@@ -28,8 +28,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, and inher
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
 
-# The chapter a test module checks through the run nbval made of it in this session (tests/conftest.chapter_metrics),
-# or (test_results_page) whose run its `chapter` parameter names: that test must run after the notebook, on its worker.
+# The chapter whose nbval run of this session a test module checks (chapter_metrics in tests/conftest.py), or, for
+# test_results_page, the one its `chapter` parameter names: such a test must run after the notebook, on its worker.
 READS_THE_CHAPTER_RUN = {"test_notebooks": "sharelock", "test_fdt_chapter": "fdt", "test_flame_chapter": "flame",
                          "test_three_towers_chapter": "three_towers", "test_viterb": "viterb"}
 # Notebooks first, longest first, so that the two workers start on the two longest chapters; then the rehearsals (the

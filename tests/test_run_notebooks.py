@@ -152,7 +152,7 @@ def test_each_chapter_test_runs_on_the_worker_that_ran_its_notebook_after_it():
     assert group("notebooks/fdt.ipynb::Cell 3") == group("notebooks/fdt::ipynb::Cell 0") == "fdt"
     assert group("tests/test_fdt_chapter.py::test_claims_follow_the_one_rule") == "fdt"
     assert group("tests/test_notebooks.py::test_py_and_ipynb_are_in_sync[flame]") == "sharelock"
-    assert group("tests/test_results_page.py::test_the_chapter_as_run_now_still_writes_every_metric[viterb]") == "viterb"
+    assert group("tests/test_results_page.py::test_the_chapter_as_run_now[viterb]") == "viterb"
     assert group("tests/test_results_page.py::test_a_chapter_without_metrics") == "tests/test_results_page.py"
     assert group("tests/test_store.py::test_round_trip[float16]") == "tests/test_store.py"
     assert set(conftest.READS_THE_CHAPTER_RUN.values()) <= set(conftest.NOTEBOOK_ORDER)
@@ -162,4 +162,4 @@ def test_each_chapter_test_runs_on_the_worker_that_ran_its_notebook_after_it():
     tests = [_item(ROOT / "tests" / "test_fdt_chapter.py"), _item(ROOT / "tests" / "test_rehearsal.py")]
     items = [tests[0], *cells, tests[1]]
     conftest.pytest_collection_modifyitems(None, items)
-    assert items == [cells[2], cells[3], cells[0], cells[1], tests[1], tests[0]]  # longest first; cells keep their order
+    assert items == [cells[2], cells[3], cells[0], cells[1], tests[1], tests[0]]  # longest first, cells in order

