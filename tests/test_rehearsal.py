@@ -15,8 +15,9 @@ loaders' layout by ``python -m lib.data.prepare``. Each rehearsal then takes eve
    set ``train.precision: bf16``), evaluation, claims, figures and tables, metrics.json.
 
 The overrides are only what a rehearsal needs (``OVERRIDES`` in tools/standins.py): the CPU, 2 optimiser steps, 16
-training pairs, one prompt per class, and whatever the chapter trains at a few dozen units wide (heads, the Three Towers
-towers, FDT's codebook: a rehearsal trains up to ~150 heads on one core). A run fails the test on any error,
+training pairs, one prompt per class, whatever the chapter trains at a few dozen units wide (heads, the Three Towers
+towers, FDT's codebook: a rehearsal trains up to ~150 heads on one core), and bfloat16 where a model entry says float16
+(``cpu_dtypes``: a CPU has no fast float16 kernels). A run fails the test on any error,
 with the failing step and its output. ``test_a_broken_rehearsal_says_what_broke`` breaks it three ways (a renamed
 config key, a dataset never prepared, a dtype mismatch that only bf16 autocast exposes) and checks each message.
 """
@@ -85,6 +86,38 @@ def test_rehearsal_of_the_full_config(chapter, world, tmp_path):
     assert metrics["claims"], "no claim was evaluated"
     shown = _outputs(metrics["_notebook"])
     assert shown["error"] == 0 and shown["image/png"] >= 1 and shown["text/html"] >= 1, shown
+
+
+def _model_entries(value):
+    """Every model entry (a config dataclass with ``name`` and ``dtype``) inside a loaded config."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value):
+        if hasattr(value, "name") and hasattr(value, "dtype"):
+            yield value
+        for item in dataclasses.fields(value):
+            yield from _model_entries(getattr(value, item.name))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _model_entries(item)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_rehearsal_overrides_swap_float16_models_for_bfloat16_and_keep_everything_else(chapter):
+    import importlib
+
+    import yaml
+
+    load = importlib.import_module(f"lib.chapters.{chapter}").load_config
+    plain = load("full")
+    rehearsed = load("full", yaml.safe_load(standins.rehearsal_overrides(chapter, ROOT)))
+    before, after = list(_model_entries(plain)), list(_model_entries(rehearsed))
+    assert [m.name for m in before] == [m.name for m in after] and before
+    assert any(m.dtype == "float16" for m in before), "the full config has no float16 model: drop cpu_dtypes"
+    for old, new in zip(before, after):
+        assert new.dtype == ("bfloat16" if old.dtype == "float16" else old.dtype), (old, new)
+        assert {**vars(new), "dtype": old.dtype} == vars(old), f"{old.name}: more than its dtype changed"
+    assert rehearsed.store.dtype == plain.store.dtype == "float16"  # a storage format, not a model's
 
 
 def _rename_a_key(copy: Path, env: dict) -> None:

