@@ -27,8 +27,7 @@ export HF_HUB_OFFLINE
 # _toc.yml at the top level and the config in book/, so both are named explicitly.
 JB_FLAGS := --config book/_config.yml --toc _toc.yml
 
-# make test's processes: two on CI's two cores, each with every core and sleeping OpenMP waits (conftest.py);
-# TEST_WORKERS=0 runs in one.
+# make test's processes: two on CI's two cores, one torch thread each (conftest.py); TEST_WORKERS=0 runs in one.
 TEST_WORKERS ?= 2
 
 .PHONY: setup setup-medium book test sync clean-cache

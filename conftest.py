@@ -9,11 +9,8 @@ of the ``small`` run are checked by the chapter tests (tests/test_notebooks.py a
 ``make test`` runs on two workers (``pytest -n 2 --dist loadgroup``, pytest-xdist). Each notebook and every test that
 reads its run share a group, and so a worker, in collection order: nbval executes the chapter first, then its tests
 check the ``metrics.json`` it wrote. Every other test file is a group of its own, so its module fixtures are built
-once. Each worker (and every kernel and subprocess it starts) uses every core, with OpenMP's threads told to sleep
-when they wait (``OMP_WAIT_POLICY=PASSIVE``): by default they spin, and two workers of two threads on two cores then
-run at half speed, while sleeping threads cost little when both workers compute and give a worker every core when
-the other has nothing to compute (measured: two feature passes at once, one thread each 105 s and 288 s; two
-threads each, passive 111 s and 222 s, spinning 242 s and 362 s).
+once. Each worker (and every kernel and subprocess it starts) uses one torch thread: two workers with two threads
+each on two cores spin against each other.
 """
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ import pytest
 # it on in a scratch folder. Set here, before nbval starts a kernel, so the notebooks' kernels inherit it.
 os.environ["LIB_RUN_CACHE"] = "0"
 if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, and inherited by nbval's kernels
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(variable, str(os.cpu_count() or 1))
+        os.environ.setdefault(variable, "1")
 
 # The chapter whose nbval run of this session a test module checks (chapter_metrics in tests/conftest.py), or, for
 # test_results_page, the one its `chapter` parameter names: such a test must run after the notebook, on its worker.
