@@ -6,8 +6,9 @@ benchmark (e.g. ``python -m bench --only training -- --cases paper``). ``--devic
 variant of each benchmark that has one (bf16 autocast, resident features).
 
 Time on 2 CPU cores at default sizes: vision_features, store, training and scaling together take a
-few minutes; text_features (one caption at a time through an LLM) and facets (two LLMs, three
-methods) take about 4 and 25 minutes, so ``--skip-slow`` leaves them (and their committed JSON) alone.
+few minutes; text_features (one caption at a time through an LLM), text_precision (three language models
+in float32 and bfloat16, one of them again without the CPU's bfloat16 units) and facets (two LLMs, three
+methods) take about 4, 3 and 25 minutes, so ``--skip-slow`` leaves them (and their committed JSON) alone.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from pathlib import Path
 
 from bench import _common
 
-BENCHMARKS = ("vision_features", "store", "training", "scaling", "text_features", "facets")
-SLOW = ("text_features", "facets")
+BENCHMARKS = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets")
+SLOW = ("text_features", "text_precision", "facets")
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

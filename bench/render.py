@@ -21,13 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "book" / "performance.md"
 FIGURES = ROOT / "book" / "figures"
-ORDER = ("vision_features", "store", "training", "scaling", "text_features", "facets")
+ORDER = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets")
 TITLES = {
     "vision_features": "Vision feature extraction",
     "store": "Feature store throughput",
     "training": "Training step",
     "scaling": "Scaling with the dataset",
     "text_features": "Text feature extraction",
+    "text_precision": "Text features in bfloat16 on the CPU",
     "facets": "FLAME facets: decoupled attention",
 }
 GPU_COMMANDS = """\
@@ -272,8 +273,32 @@ def facets_section(report: dict) -> list[str]:
                     "slots decoupled", "slots separate", "max abs diff"], rows)]
 
 
+def precision_section(report: dict) -> list[str]:
+    rows = [[r["model"].removeprefix("offline/"), r["pooling"], r["texts_per_s"]["float32"], r["texts_per_s"]["bfloat16"],
+             r["max_abs_difference"], r["max_relative_difference"], f"{r['min_cosine']:.5f}", r["same_nearest_neighbour"]]
+            for r in report["results"]]
+    units = ", ".join(f"`{u}`" for u in report["bf16_units"]) or "none"
+    lines = [f"{report['captions']} emoji captions (label and keywords), batch {report['batch_size']}, through each model "
+             "twice in the same process: float32 (the eager baseline every config uses unless it says otherwise) and "
+             "bfloat16 (`dtype: bfloat16` in a text model's config entry; the dtype is part of the store key). "
+             f"This CPU's bfloat16 units: {units}. *cos*: cosine between a text's float32 and bfloat16 features; "
+             "*same NN*: share of texts whose nearest other text is the same in both: the features move little, but enough to "
+             "reorder close neighbours, so a chapter that switches a model to bfloat16 re-measures its results.", "",
+             *table(["model", "pooling", "float32 /s", "bfloat16 /s", "max abs diff", "max rel diff", "min cos",
+                     "same NN"], rows), ""]
+    emulated = report.get("without_bf16_units")
+    if emulated:
+        speed = emulated["texts_per_s"]
+        lines += [f"The same measurement of `{emulated['model']}` in a process whose oneDNN is held to "
+                  f"`{emulated['isa']}` (no AVX512-BF16, no AMX), as on a CPU without bfloat16 units: float32 "
+                  f"{fmt(speed['float32'])} /s, bfloat16 {fmt(speed['bfloat16'])} /s "
+                  f"({fmt_ratio(speed['bfloat16'] / speed['float32'])}). bfloat16 is a speed-up only where the "
+                  "hardware has the units; elsewhere keep float32.", ""]
+    return lines
+
+
 SECTIONS = {"vision_features": vision_section, "store": store_section, "training": training_section,
-            "text_features": text_section, "facets": facets_section}
+            "text_features": text_section, "text_precision": precision_section, "facets": facets_section}
 
 
 def gpu_section(loaded) -> list[str]:

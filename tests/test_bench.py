@@ -18,7 +18,8 @@ from bench import render
 from bench.__main__ import BENCHMARKS
 
 # Tiny sizes beyond --quick for the two LLM benchmarks, whose --quick still loads a model per method.
-EXTRA = {"text_features": ["--n", "4"], "facets": ["--n", "2"]}
+EXTRA = {"text_features": ["--n", "4"], "facets": ["--n", "2"],
+         "text_precision": ["--n", "4", "--models", "offline/smollm2-135m-instruct:last_token"]}
 
 
 def _numbers(obj):
