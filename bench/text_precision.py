@@ -9,7 +9,8 @@ both on the machine it runs on: the float32 eager path is the baseline; bfloat16
 once more in a subprocess with oneDNN held to AVX512_CORE (``ONEDNN_MAX_CPU_ISA``), which is what a CPU without
 the bfloat16 units runs. The features' agreement (max |difference|, cosine) says what bfloat16 costs in accuracy.
 
-    .venv/bin/python -m bench.text_precision --n 256
+    .venv/bin/python -m bench.text_precision --n 256             # the small config's three models
+    .venv/bin/python -m bench.text_precision --n 256 --ladder    # and the medium ladder's four (make setup-medium)
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ from lib.data import emoji
 
 NAME = "text_precision"
 # (model, pooling): the small config's two decoders, read at the last token as ShareLock and ViTeRB do, and its
-# encoder; ``--models`` adds the medium ladder's (``make setup-medium`` installs them).
+# encoder; ``--ladder`` adds the rest of the medium config's ladder (``make setup-medium`` installs it).
 MODELS = (("offline/smollm2-135m-instruct", "last_token"), ("offline/gemma-3-270m", "last_token"),
           ("offline/all-MiniLM-L6-v2", "mean"))
+LADDER = (("offline/paraphrase-MiniLM-L3-v2", "mean"), ("offline/all-mpnet-base-v2", "mean"),
+          ("offline/qwen2.5-coder-0.5b-instruct", "last_token"), ("offline/qwen2.5-coder-1.5b-instruct", "last_token"))
 NO_BF16_ISA = "AVX512_CORE"  # oneDNN's instruction set without AVX512-BF16 and AMX
 
 
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=None, help="rounds per dtype (default 3; --quick 1)")
     parser.add_argument("--models", nargs="+", default=None,
                         help="model:pooling pairs (default: the small config's three)")
+    parser.add_argument("--ladder", action="store_true", help="add the medium ladder's four (make setup-medium)")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "POOLING", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     _common.setup_threads(args.threads)
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         Path(out).write_text(json.dumps({"texts_per_s": found["texts_per_s"], "seconds": found["seconds"]}))
         return found
     models = [tuple(m.split(":", 1)) for m in args.models] if args.models else list(MODELS)
+    models += list(LADDER) if args.ladder else []
     results = []
     for model, pooling in models:
         found = measure(model, pooling, texts, args.batch_size, repeats, ("float32", "bfloat16"), args.device)

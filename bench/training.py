@@ -22,6 +22,7 @@ import time
 import torch
 
 from bench import _common
+from bench.text_precision import bf16_units
 
 NAME = "training"
 # text width, image width, head hidden width, head layers, batch, rows, steps measured
@@ -59,11 +60,13 @@ def autocast(device: str):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else contextlib.nullcontext()
 
 
-def run_fit(case: dict, data: dict, steps: int, device: str) -> None:
+def run_fit(case: dict, data: dict, steps: int, device: str, precision: str = "fp32") -> None:
+    """``precision="bf16"``: fit's own bfloat16 autocast (``train.precision: bf16``), the CPU comparison below."""
     from lib.core.config import TrainSettings
     from lib.core.train import fit
 
-    config = TrainSettings(steps=steps, batch_size=case["batch_size"], warmup_steps=min(10, steps), eval_every=steps)
+    config = TrainSettings(steps=steps, batch_size=case["batch_size"], warmup_steps=min(10, steps), eval_every=steps,
+                           precision=precision)
     with autocast(device):
         fit(build(case, device), data, None, config, device=device, progress=False)
 
@@ -173,10 +176,12 @@ def measure_case(name: str, case: dict, repeats: int, device: str) -> dict:
     run_fit(case, data, 2, device)  # warm-up: allocator, kernels
     cpu_data = {k: v.cpu() for k, v in data.items()}
     run_dataloader(case, cpu_data, 2, device)
-    seconds = _common.best_times({
-        "fit (resident tensors)": lambda: run_fit(case, data, steps, device),
-        "DataLoader(TensorDataset)": lambda: run_dataloader(case, cpu_data, steps, device),
-    }, repeats, device)
+    timed = {"fit (resident tensors)": lambda: run_fit(case, data, steps, device),
+             "DataLoader(TensorDataset)": lambda: run_dataloader(case, cpu_data, steps, device)}
+    if not device.startswith("cuda"):  # the same fit under bfloat16 autocast: fast only on CPUs with bf16 units
+        run_fit(case, data, 2, device, "bf16")
+        timed["fit, bf16 autocast"] = lambda: run_fit(case, data, steps, device, "bf16")
+    seconds = _common.best_times(timed, repeats, device)
     rates = {k: steps / s for k, s in seconds.items()}
     data_steps = max(steps, 50)
     batch_seconds = _common.best_times({
@@ -193,7 +198,7 @@ def measure_case(name: str, case: dict, repeats: int, device: str) -> dict:
         "batches_per_s": {k: data_steps / s for k, s in batch_seconds.items()},
         "data_path_speedup": batch_seconds["DataLoader(TensorDataset)"] / batch_seconds["resident slices"],
         "step_flops": flops, "achieved_flop_per_s": achieved,
-        "matmul_flop_per_s": peak, "matmul_shape": shape,
+        "matmul_flop_per_s": peak, "matmul_shape": shape, "bf16_units": bf16_units(),
         "fraction_of_matmul": achieved / peak,
     }
 
@@ -213,6 +218,14 @@ def ratios(results: list[dict]) -> list[dict]:
             baseline="DataLoader(TensorDataset, shuffle=True)", candidate="index into resident tensors",
             measure="batches/s (no model)", baseline_value=batches["DataLoader(TensorDataset)"],
             candidate_value=batches["resident slices"], unit="batches/s"))
+        if "fit, bf16 autocast" in rates:
+            units = ", ".join(r.get("bf16_units", [])) or "no bfloat16 units"
+            out.append(_common.ratio(
+                f"training {r['case']}: bf16 autocast vs fp32 on the CPU ({units})",
+                rates["fit, bf16 autocast"] / rates["fit (resident tensors)"], baseline="lib.core.train.fit, fp32",
+                candidate="lib.core.train.fit, precision bf16", measure="optimiser steps/s",
+                baseline_value=rates["fit (resident tensors)"], candidate_value=rates["fit, bf16 autocast"],
+                unit="steps/s"))
         out.append(_common.ratio(
             f"training {r['case']}: step FLOP/s vs dense matmul", r["fraction_of_matmul"],
             baseline=f"torch.matmul {'x'.join(map(str, r['matmul_shape']))}", candidate="head training step (fit)",
