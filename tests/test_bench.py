@@ -77,3 +77,24 @@ def test_every_ratio_is_on_the_page():
             ratio_row, compares_row = [line for line in page.splitlines() if line.startswith(f"| {r['name']} |")]
             assert render.fmt_ratio(r["value"]) in ratio_row
             assert r["candidate"] in compares_row and r["baseline"] in compares_row
+
+
+def test_precision_agreement_is_the_formula():
+    """bench.text_precision's agreement: max |diff|, relative to the reference's largest entry, cosines, and the
+    share of rows whose nearest other row is unchanged."""
+    import torch
+
+    from bench.text_precision import agreement
+
+    reference = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    same = agreement(reference, reference.clone())
+    assert same["max_abs_difference"] == 0 and same["min_cosine"] == pytest.approx(1.0)
+    assert same["same_nearest_neighbour"] == 1.0
+    moved = reference.clone()
+    moved[1] = torch.tensor([0.2, 0.8])  # row 1 moves beside row 3: only its own nearest neighbour changes
+    found = agreement(reference, moved)
+    assert found["max_abs_difference"] == pytest.approx(0.7)
+    assert found["max_relative_difference"] == pytest.approx(0.7 / 1.0)
+    expected = torch.nn.functional.cosine_similarity(reference[1], moved[1], dim=0)
+    assert found["min_cosine"] == pytest.approx(float(expected))
+    assert found["same_nearest_neighbour"] == pytest.approx(3 / 4)  # row 1: row 3 now, row 0 before
