@@ -219,9 +219,8 @@ def ratios(results: list[dict]) -> list[dict]:
             measure="batches/s (no model)", baseline_value=batches["DataLoader(TensorDataset)"],
             candidate_value=batches["resident slices"], unit="batches/s"))
         if "fit, bf16 autocast" in rates:
-            units = ", ".join(r.get("bf16_units", [])) or "no bfloat16 units"
             out.append(_common.ratio(
-                f"training {r['case']}: bf16 autocast vs fp32 on the CPU ({units})",
+                f"training {r['case']}: bf16 autocast vs fp32 (CPU)",
                 rates["fit, bf16 autocast"] / rates["fit (resident tensors)"], baseline="lib.core.train.fit, fp32",
                 candidate="lib.core.train.fit, precision bf16", measure="optimiser steps/s",
                 baseline_value=rates["fit (resident tensors)"], candidate_value=rates["fit, bf16 autocast"],
