@@ -25,15 +25,27 @@ from typing import Callable
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name (``/proc/cpuinfo``), or what ``platform`` knows elsewhere."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line of ``/proc/cpuinfo`` (``None`` where there is no such file or line)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
+            if line.lower().startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo``), or what ``platform`` knows elsewhere."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def bf16_units() -> list[str]:
+    """The CPU's bfloat16 matrix units (``amx_bf16``, ``avx512_bf16``; empty where it has none or no
+    ``/proc/cpuinfo``): bfloat16 on the CPU is fast with them and several times slower without
+    (``bench.text_precision``)."""
+    return sorted({"amx_bf16", "avx512_bf16"} & set((_cpuinfo("flags") or "").split()))
 
 
 def machine_info(device: str = "cpu") -> dict:
@@ -53,6 +65,7 @@ def machine_info(device: str = "cpu") -> dict:
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "device": device,
+        "bf16_units": bf16_units(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         # Other processes share this machine: the 1-minute load when the benchmark started says how many.

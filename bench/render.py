@@ -280,7 +280,7 @@ def precision_section(report: dict) -> list[str]:
     rows = [[r["model"].removeprefix("offline/"), r["pooling"], r["texts_per_s"]["float32"], r["texts_per_s"]["bfloat16"],
              r["max_abs_difference"], r["max_relative_difference"], f"{r['min_cosine']:.5f}", r["same_nearest_neighbour"]]
             for r in report["results"]]
-    units = ", ".join(f"`{u}`" for u in report["bf16_units"]) or "none"
+    units = ", ".join(f"`{u}`" for u in machine_of(report)["bf16_units"]) or "none"
     lines = [f"{report['captions']} emoji captions (label and keywords), batch {report['batch_size']}, through each model "
              "twice in the same process: float32 (the eager baseline every config uses unless it says otherwise) and "
              "bfloat16 (`dtype: bfloat16` in a text model's config entry; the dtype is part of the store key). "

@@ -38,16 +38,6 @@ LADDER = (("offline/paraphrase-MiniLM-L3-v2", "mean"), ("offline/all-mpnet-base-
 NO_BF16_ISA = "AVX512_CORE"  # oneDNN's instruction set without AVX512-BF16 and AMX
 
 
-def bf16_units() -> list[str]:
-    """The CPU's bfloat16 matrix units (``amx_bf16``, ``avx512_bf16``) from ``/proc/cpuinfo`` (empty elsewhere)."""
-    try:
-        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return sorted({"amx_bf16", "avx512_bf16"} & set(flags))
-
-
 def captions(n: int) -> list[str]:
     """The first ``n`` emoji captions (label and keywords): the small config's training text."""
     return [emoji.caption(c, "label_tags") for c in emoji.load_concepts()[:n]]
@@ -137,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         child = without_bf16_units(model, pooling, n, args.batch_size, repeats, args.threads)
         emulated = {"model": model, "isa": NO_BF16_ISA, **child}
     report = {"benchmark": NAME, "captions": len(texts), "batch_size": args.batch_size, "repeats": repeats,
-              "quick": args.quick, "bf16_units": bf16_units(), "results": results, "without_bf16_units": emulated,
+              "quick": args.quick, "results": results, "without_bf16_units": emulated,
               "machine_info": _common.machine_info(args.device)}
     report["ratios"] = ratios(report)
     _common.write_report(report, args.out)
@@ -147,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def ratios(report: dict) -> list[dict]:
     """bfloat16 against float32 per model (texts/s; > 1: bfloat16 is faster), and on the emulated CPU without
-    bfloat16 units (the report's ``bf16_units`` and ``without_bf16_units`` say which; the page's section says so)."""
+    bfloat16 units (the machine's ``bf16_units`` and the report's ``without_bf16_units`` say which; the page's
+    section says so)."""
     out = [_common.ratio(f"text features {r['model'].removeprefix('offline/')}: bfloat16 vs float32",
                          r["texts_per_s"]["bfloat16"] / r["texts_per_s"]["float32"], baseline="float32 (eager PyTorch)",
                          candidate="bfloat16 (eager PyTorch)", measure="texts/s",

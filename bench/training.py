@@ -22,7 +22,6 @@ import time
 import torch
 
 from bench import _common
-from bench.text_precision import bf16_units
 
 NAME = "training"
 # text width, image width, head hidden width, head layers, batch, rows, steps measured
@@ -198,7 +197,7 @@ def measure_case(name: str, case: dict, repeats: int, device: str) -> dict:
         "batches_per_s": {k: data_steps / s for k, s in batch_seconds.items()},
         "data_path_speedup": batch_seconds["DataLoader(TensorDataset)"] / batch_seconds["resident slices"],
         "step_flops": flops, "achieved_flop_per_s": achieved,
-        "matmul_flop_per_s": peak, "matmul_shape": shape, "bf16_units": bf16_units(),
+        "matmul_flop_per_s": peak, "matmul_shape": shape,
         "fraction_of_matmul": achieved / peak,
     }
 
