@@ -44,8 +44,10 @@ def cpu_model() -> str:
 def bf16_units() -> list[str]:
     """The CPU's bfloat16 matrix units (``amx_bf16``, ``avx512_bf16``; empty where it has none or no
     ``/proc/cpuinfo``): bfloat16 on the CPU is fast with them and several times slower without
-    (``bench.text_precision``)."""
-    return sorted({"amx_bf16", "avx512_bf16"} & set((_cpuinfo("flags") or "").split()))
+    (``bench.text_precision``). The same reader decides the configs' ``dtype: auto`` (lib.core.precision)."""
+    from lib.core.precision import cpu_bf16_units
+
+    return list(cpu_bf16_units())
 
 
 def machine_info(device: str = "cpu") -> dict:

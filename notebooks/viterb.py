@@ -211,7 +211,7 @@ if "fashion-mnist" in benches:
 #
 # | kind | the paper (A.2) | small config |
 # |---|---|---|
-# | `name` | the class name in CLIP's 80 templates | the class name in OpenAI's 7-template subset of those 80 (`name_templates: imagenet7`) |
+# | `name` | the class name in CLIP's 80 templates | the bare class name, one text per class (`name_templates: bare`; `imagenet7`, OpenAI's 7-template subset of the 80, is the other offline choice) |
 # | `description` | several one-sentence LLM descriptions per class ("slightly varying the LLM prompt and utilizing different seeds") | **one** greedy description per class (SmolLM2-135M-Instruct) |
 # | `encyclopedia` | LLM "Wikipedia-style" articles, split into sentences | one SmolLM2 article per class, split into sentences |
 # | `reference` | real Wikipedia articles, split into sentences | emoji: the CLDR label and keywords; Fashion-MNIST: the WordNet 3.0 gloss |

@@ -36,6 +36,30 @@ def test_a_bad_configs_file_names_itself_and_the_fix(tmp_path, monkeypatch):
         run_notebooks.shown_configs()
 
 
+def test_chapters_run_longest_first_by_their_last_recorded_seconds(tmp_path, monkeypatch):
+    (tmp_path / "book" / "metrics").mkdir(parents=True)
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+    for name, seconds in (("a", 10.0), ("b", 300.0), ("c", 40.0)):
+        (tmp_path / "book" / "metrics" / f"{name}.json").write_text(json.dumps({"seconds": seconds}))
+    (tmp_path / "book" / "metrics" / "broken.json").write_text("{not json")
+    sources = [tmp_path / "notebooks" / f"{name}.py" for name in ("a", "new", "b", "broken", "c")]
+    assert [s.stem for s in run_notebooks.longest_first(sources)] == ["b", "c", "a", "new", "broken"]
+
+
+def test_run_all_skips_current_chapters_and_sets_up_medium_once_before_any_chapter(tmp_path, monkeypatch):
+    sources = [tmp_path / f"{name}.py" for name in ("fresh", "stale_small", "stale_medium")]
+    shown = {"fresh": "medium", "stale_small": "small", "stale_medium": "medium"}
+    events = []
+    monkeypatch.setattr(run_notebooks, "is_current", lambda source, config: source.stem == "fresh")
+    monkeypatch.setattr(run_notebooks, "ensure_medium_setup", lambda: events.append("setup"))
+    monkeypatch.setattr(run_notebooks, "run", lambda source, force, config: events.append((source.stem, config)) or 1.0)
+    assert run_notebooks.run_all(sources, shown, force=False, jobs=1) == {"stale_small": 1.0, "stale_medium": 1.0}
+    assert events[0] == "setup" and sorted(events[1:]) == [("stale_medium", "medium"), ("stale_small", "small")]
+    events.clear()
+    assert run_notebooks.run_all(sources[:2], {**shown, "fresh": "small"}, force=False, jobs=2) == {"stale_small": 1.0}
+    assert events == [("stale_small", "small")], "no medium chapter to run: no medium set-up; one chapter: no pool"
+
+
 def test_the_fingerprint_changes_with_the_shown_config():
     source = run_notebooks.ROOT / "notebooks" / "sharelock.py"
     assert run_notebooks.fingerprint(source, "small") != run_notebooks.fingerprint(source, "medium")

@@ -379,7 +379,7 @@ def test_betas_reach_the_optimiser_and_bad_values_are_refused():
 
 
 def test_bf16_precision_runs_the_loss_under_autocast_and_tracks_fp32():
-    with pytest.raises(ValueError, match="precision must be 'fp32' or 'bf16'"):
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16'"):
         TrainSettings(precision="fp16")
     dtypes = []
     runs = {}

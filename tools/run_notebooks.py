@@ -14,6 +14,13 @@ A notebook whose source, configs, ``lib`` and shown config are unchanged since i
 run is skipped (the fingerprint is kept in the notebook's metadata); ``--force`` reruns everything.
 Features are cached in the store either way, so a rerun retrains heads but recomputes no feature.
 
+Chapters run side by side, ``--jobs`` at a time (default: one per core), each kernel with its share of the
+cores as torch threads (``OMP_NUM_THREADS``, unless already set), the longest first (the seconds its last run
+took, from ``book/metrics/<chapter>.json``). Why: a chapter's training steps are small, and two one-thread
+processes get more done on two cores than one two-thread process; the longest-first order keeps the last
+chapter from running alone. The set-up steps run once, before any chapter, so the chapters running side by
+side only read what they built; the feature store locks its own entries (``lib.core.store``).
+
 After a successful run the chapter's ``metrics.json`` (written by its last cells into
 ``runs/<chapter>/``) is copied to ``book/metrics/<chapter>.json``, next to the executed notebook in the
 repository, so the results page (``tools/results_page.py``) shows the numbers of the very run the book
@@ -22,7 +29,9 @@ renders. A notebook that did not write a fresh ``metrics.json`` fails the run.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
+import multiprocessing
 import json
 import os
 import shutil
@@ -126,16 +135,35 @@ def without_injected_parameters(notebook):
     return notebook
 
 
-def run(source: Path, force: bool, config: str = "small") -> None:
+def is_current(source: Path, config: str) -> bool:
+    """Whether the committed notebook was executed from the chapter's current inputs (:func:`fingerprint`)."""
+    notebook_path = source.with_suffix(".ipynb")
+    if not notebook_path.exists():
+        return False
+    existing = nbformat.read(notebook_path, as_version=4)
+    return existing.metadata.get("book", {}).get("fingerprint") == fingerprint(source, config)
+
+
+def last_seconds(source: Path) -> float:
+    """How long the chapter's last recorded run took (``book/metrics/<chapter>.json``; 0 when unknown)."""
+    try:
+        return float(json.loads((ROOT / "book" / "metrics" / f"{source.stem}.json").read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+def longest_first(sources: list[Path]) -> list[Path]:
+    """The order that keeps a pool of workers busy to the end: the longest chapter first (ties: reading order)."""
+    return sorted(sources, key=lambda source: -last_seconds(source))
+
+
+def run(source: Path, force: bool, config: str = "small") -> float:
+    """Execute one chapter in ``config`` unless it is current; returns the seconds it took (0 when skipped)."""
     notebook_path = source.with_suffix(".ipynb")
     stamp = fingerprint(source, config)
-    if notebook_path.exists() and not force:
-        existing = nbformat.read(notebook_path, as_version=4)
-        if existing.metadata.get("book", {}).get("fingerprint") == stamp:
-            print(f"{source.stem}: unchanged since its last run, skipped (use --force to rerun)")
-            return
-    if config == "medium":
-        ensure_medium_setup()
+    if not force and is_current(source, config):
+        print(f"{source.stem}: unchanged since its last run, skipped (use --force to rerun)")
+        return 0.0
     notebook = jupytext.read(source)
     notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (frozen-lip)", "language": "python"}
     partial = notebook_path.with_name(f".{notebook_path.stem}.running.ipynb")
@@ -164,7 +192,44 @@ def run(source: Path, force: bool, config: str = "small") -> None:
     shutil.copyfile(metrics, copy.with_name(f".{copy.name}.tmp"))
     copy.with_name(f".{copy.name}.tmp").replace(copy)  # atomic
     partial.unlink()
-    print(f"{source.stem}: executed in the {config} config in {time.time() - start:.0f} s")
+    seconds = time.time() - start
+    print(f"{source.stem}: executed in the {config} config in {seconds:.0f} s "
+          f"({os.environ.get('OMP_NUM_THREADS') or os.cpu_count()} torch threads)", flush=True)
+    return seconds
+
+
+def run_all(sources: list[Path], shown: dict[str, str], force: bool, jobs: int) -> dict[str, float]:
+    """Run ``sources`` (each in its shown config), ``jobs`` at a time, longest first; chapter -> seconds.
+
+    A chapter that fails does not stop the others (they are independent); the run then ends with an error
+    naming every chapter that failed, each of whose partly executed notebook is kept beside it."""
+    todo = [source for source in sources if force or not is_current(source, shown[source.stem])]
+    for source in sorted(set(sources) - set(todo)):
+        print(f"{source.stem}: unchanged since its last run, skipped (use --force to rerun)")
+    if any(shown[source.stem] == "medium" for source in todo):
+        ensure_medium_setup()  # once, before any chapter: the chapters side by side only read what it built
+    jobs = max(1, min(jobs, len(todo)))
+    if jobs > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    seconds, failed = {}, []
+    if jobs == 1:
+        for source in longest_first(todo):
+            seconds[source.stem] = run(source, True, shown[source.stem])
+        return seconds
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited threads or locks
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = {pool.submit(run, source, True, shown[source.stem]): source for source in longest_first(todo)}
+        for future in concurrent.futures.as_completed(futures):
+            name = futures[future].stem
+            try:
+                seconds[name] = future.result()
+            except Exception as error:  # noqa: BLE001  (reported below, after the other chapters finish)
+                failed.append(name)
+                print(f"{name}: FAILED ({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} chapter(s) failed: {', '.join(sorted(failed))}; each one's executed "
+                         "notebook with the error is notebooks/.<chapter>.running.ipynb")
+    return seconds
 
 
 def main() -> None:
@@ -173,12 +238,21 @@ def main() -> None:
     os.environ.setdefault("LIB_RUN_CACHE", "1")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rerun notebooks even if unchanged")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="chapters run side by side (default: one per core; 1 runs them one after another)")
     parser.add_argument("names", nargs="*", help="only these chapters (e.g. sharelock)")
     args = parser.parse_args()
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
     shown = shown_configs()
-    for source in chapters():
-        if not args.names or source.stem in args.names:
-            run(source, args.force, shown[source.stem])
+    unknown = set(args.names) - set(shown)
+    if unknown:
+        raise SystemExit(f"no chapter named {', '.join(sorted(unknown))}; the chapters are {', '.join(shown)}")
+    start = time.time()
+    seconds = run_all([s for s in chapters() if not args.names or s.stem in args.names], shown, args.force, args.jobs)
+    if seconds:
+        print(f"{len(seconds)} chapter(s) executed in {time.time() - start:.0f} s of wall time "
+              f"({sum(seconds.values()):.0f} s of chapter time, {args.jobs} at a time)", flush=True)
 
 
 if __name__ == "__main__":

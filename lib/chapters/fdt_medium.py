@@ -16,7 +16,7 @@ from typing import Callable
 
 
 from lib.core import curves
-from lib.core.results import Claim, Runs, versus
+from lib.core.results import Claim, Runs, stuck, versus
 
 __all__ = ["data_size_curve", "curve_frame", "curve_trend", "stuck_runs", "above_chance", "diagnose"]
 
@@ -53,7 +53,7 @@ def stuck_runs(*runs: Runs) -> list[dict]:
     after ``eval_every`` steps has not trained, and its numbers must not be read as its method's. A run in
     several groups (the curve reuses the whole-set runs) counts once."""
     rows = {(r["head"], r["seed"], r["train_pairs"]): r for group in runs for r in group}
-    return [r for r in rows.values() if r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+    return [r for r in rows.values() if stuck(r)]
 
 
 def above_chance(runs: Runs, labelled, heads) -> dict:

@@ -20,7 +20,7 @@ from lib.chapters import flame
 from lib.core import config as configs
 from lib.core import curves, features
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
-from lib.core.results import Claim, Runs
+from lib.core.results import Claim, Runs, stuck
 from lib.data import medium, tuxpaint
 from lib.data.datasets import Benchmark, Labelled
 
@@ -196,7 +196,7 @@ def run(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, kind: str, s
 
 def stuck_runs(runs: Runs, cfg: MediumConfig) -> list[dict]:
     """Runs whose best validation step is their first evaluation: they never improved and must not be reported."""
-    return [r for r in runs if r["best_step"] is not None and r["best_step"] <= cfg.train.eval_every]
+    return [r for r in runs if stuck(r, cfg.train.eval_every)]
 
 
 def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, runs: Runs) -> Runs:

@@ -19,7 +19,7 @@ from lib.core import config as configs
 from lib.core import curves, features
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
-from lib.core.results import Claim, Runs, compare, versus
+from lib.core.results import Claim, Runs, compare, stuck, versus
 from lib.core.train import fit, seed_everything
 from lib.data import benchmarks, datasets
 from lib.data.datasets import Benchmark, DataConfig
@@ -221,7 +221,7 @@ def stuck_runs(runs: Runs) -> list[dict]:
     """Runs (controls aside) whose best validation step is their first evaluation: a head that never improved
     on what it knew after ``eval_every`` steps has not trained, and its numbers must not be reported as a
     method's (notebooks/sharelock.py, "Training the head")."""
-    return [r for r in runs if not r["control"] and r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+    return [r for r in runs if not r["control"] and stuck(r)]
 
 
 def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,

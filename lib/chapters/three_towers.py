@@ -20,7 +20,7 @@ import torch
 from lib.core import config as configs, curves, features
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts
-from lib.core.results import Claim, Runs, versus
+from lib.core.results import Claim, Runs, stuck, versus
 from lib.core.train import fit, seed_everything
 from lib.data import benchmarks, datasets, pixel_cache
 from lib.data.concept_groups import COVERED, NOT_COVERED, concept_groups
@@ -337,8 +337,7 @@ def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
     """Runs that kept their first evaluation although later ones followed: a model that never improved on what
     it knew after ``eval_every`` steps has not trained, and its numbers are not a method's. Empty under a fixed
     budget (one evaluation, at the end: ``small``)."""
-    return [r for r in runs if r["first_eval"] is not None and r["first_eval"] < r["steps_run"]
-            and r["best_step"] is not None and r["best_step"] <= r["first_eval"]]
+    return [r for r in runs if r["first_eval"] is not None and r["first_eval"] < r["steps_run"] and stuck(r)]
 
 
 CURVE_METRIC = "retrieval/mean_recall@1"  # the curve's metric: the paper's retrieval claims (Table 2)

@@ -28,7 +28,7 @@ from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig
 from lib.core.evaluate import mean_per_class_recall
 from lib.core.capability import capability
 from lib.core.ranks import rank_comparison, rank_correlation
-from lib.core.results import Claim, Runs, versus
+from lib.core.results import Claim, Runs, stuck, versus
 from lib.core.train import fit, seed_everything
 from lib.data import class_splits, class_texts, full_sets
 from lib.data.class_splits import ClassBenchmark, FashionImages
@@ -264,8 +264,7 @@ def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
     """Runs whose best validation step is their first evaluation (``eval_every``): a head that never improved
     on what it knew after its first evaluation has not trained, and its score must not be reported as a
     language model's. The shuffled-text controls are left out (they are meant not to learn)."""
-    first = min(cfg.train.eval_every, cfg.train.steps)
-    return [r for r in runs if r["study"] != "control" and r["best_step"] is not None and r["best_step"] <= first]
+    return [r for r in runs if r["study"] != "control" and stuck(r, min(cfg.train.eval_every, cfg.train.steps))]
 
 
 def same_as_name(found: ClassTexts, bench: ClassBenchmark) -> float:

@@ -34,7 +34,7 @@ class TextModelConfig:
     layer: int = -1
     max_length: int = 77
     batch_size: int = 64
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"  # auto: lib.core.precision
     revision: str | None = None
 
 
@@ -45,7 +45,7 @@ class VisionModelConfig:
     image_size: int | None = None
     crop_pct: float | None = None
     batch_size: int = 64
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"  # auto: lib.core.precision
     revision: str | None = None
 
 
@@ -75,7 +75,9 @@ class TrainSettings:
     the weights restored at the end are those of the lowest validation loss, whatever ``min_delta``.
     ``eval_every`` counts optimiser steps. ``betas`` are Adam's (PyTorch's default (0.9, 0.999); FLAME's
     official code uses (0.9, 0.95)). ``precision="bf16"`` runs every forward pass and loss under
-    ``torch.autocast`` in bfloat16 (the GPU path of the full configs: weights and optimiser stay fp32).
+    ``torch.autocast`` in bfloat16 (the GPU path of the full configs: weights and optimiser stay fp32);
+    ``precision="auto"`` is ``bf16`` where bfloat16 is fast (a GPU, or a CPU with bfloat16 units) and ``fp32``
+    elsewhere (:func:`lib.core.precision.resolve_precision`; ``fit`` resolves it before anything is keyed).
     The seed and the device are arguments of ``fit``, not settings: one settings object serves every seed.
     See notebooks/sharelock.py, section "Training the head".
     """
@@ -92,7 +94,7 @@ class TrainSettings:
     patience: int | None = None
     min_delta: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
 
     def __post_init__(self) -> None:  # ValueErrors become one-line ConfigErrors in build()
         if isinstance(self.betas, list):  # a YAML list, or a caller's
@@ -100,8 +102,9 @@ class TrainSettings:
         if not (isinstance(self.betas, tuple) and len(self.betas) == 2
                 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in self.betas)):
             raise ValueError(f"betas must be two numbers in [0, 1), e.g. [0.9, 0.999], got {self.betas!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16' (bfloat16 autocast), got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be 'fp32', 'bf16' (bfloat16 autocast) or 'auto' (bf16 where bfloat16 "
+                             f"is fast), got {self.precision!r}")
         if self.optimizer not in ("adam", "adamw"):
             raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
         for name in ("steps", "batch_size", "eval_every"):

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 import lib  # noqa: F401  (torchvision fix before timm/open_clip)
 from lib.core import paths
 from lib.core.models import resolve
+from lib.core.precision import resolve_dtype
 
 try:  # transformers' per-load "Loading weights" bars would clutter every notebook that loads a model
     from transformers.utils import logging as _hf_logging
@@ -89,7 +90,8 @@ class TextEncoder:
             raise ValueError(f"text pooling {pooling!r} is not one of {POOLINGS}")
         self.name, self.pooling, self.layer = name, pooling, layer
         self.max_length, self.batch_size, self.device = max_length, batch_size, device
-        self.dtype = dtype
+        self.dtype = resolve_dtype(dtype, device)  # "auto" -> what this machine runs fast; the key names it
+        dtype = self.dtype
         self.resolved = resolve(name, "transformers", revision)
         revision = self.resolved.identity.get("revision", revision)  # the commit the key names
         self.tokenizer = AutoTokenizer.from_pretrained(self.resolved.load_path, revision=revision)
@@ -196,7 +198,7 @@ class VisionEncoder:
         if backend == "onnx" and device != "cpu":
             raise ValueError(f"backend='onnx' runs on the CPU (ONNX Runtime's CPU provider), not on {device!r}")
         self.name, self.library, self.batch_size, self.device = name, library, batch_size, device
-        self.dtype = dtype
+        self.dtype = dtype = resolve_dtype(dtype, device, backend=backend)  # the key names the resolved dtype
         self.resolved = resolve(name, library, revision)
         revision = self.resolved.identity.get("revision", revision)  # the commit the key names
         if library == "timm":

@@ -41,6 +41,7 @@ import lib  # noqa: F401  (torchvision fix before timm/open_clip)
 from lib.core import paths
 from lib.core.encoders import DTYPES, EncoderInputError
 from lib.core.models import resolve
+from lib.core.precision import resolve_dtype
 
 # The paper's prompt (§3.2). ``{caption}`` and ``{facet}`` are filled by plain string
 # replacement (a caption may contain braces).
@@ -85,7 +86,7 @@ class FacetConfig:
     positions: Literal["reset", "contiguous"] = "reset"
     max_caption_tokens: int = 256
     batch_size: int = 32
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"  # auto: lib.core.precision
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     revision: str | None = None
 
@@ -237,7 +238,8 @@ class FacetEncoder:
             raise ValueError(f"positions {positions!r} is not one of ('reset', 'contiguous')")
         self.name, self.facets, self.layer, self.template = name, facets, layer, template
         self.positions, self.max_caption_tokens, self.batch_size = positions, max_caption_tokens, batch_size
-        self.dtype, self.attn_implementation, self.device = dtype, attn_implementation, device
+        self.dtype = resolve_dtype(dtype, device)  # "auto" -> what this machine runs fast; the key names it
+        self.attn_implementation, self.device = attn_implementation, device
         self.prefix_template, self.suffix_template = split_template(template)
         self.resolved = resolve(name, "transformers", revision)
         revision = self.resolved.identity.get("revision", revision)  # the commit the key names

@@ -38,6 +38,7 @@ from lib.core.config import TextModelConfig, VisionModelConfig
 from lib.core.encoders import TextEncoder, VisionEncoder
 from lib.core.facets import FacetConfig, FacetEncoder
 from lib.core.models import resolve
+from lib.core.precision import resolve_dtype
 from lib.core.sequences import (
     TOKENS, SequenceFeatures, image_token_states, sequence_features, text_token_states,
 )
@@ -241,31 +242,33 @@ def release_encoders() -> None:
 
 
 # --- store keys -----------------------------------------------------------------------------------------------
-def _text_model_spec(cfg: TextModelConfig) -> dict:
+def _text_model_spec(cfg: TextModelConfig, device: str) -> dict:
     return {"model": resolve(cfg.name, "transformers", cfg.revision).identity, "layer": cfg.layer,
-            "max_length": cfg.max_length, "dtype": cfg.dtype, "batch_size": cfg.batch_size}
+            "max_length": cfg.max_length, "dtype": resolve_dtype(cfg.dtype, device), "batch_size": cfg.batch_size}
 
 
 def spec_of(request: FeatureRequest, pool: EncoderPool = ENCODERS, device: str = "cpu") -> dict:
     """The store key of ``request``: everything that changes its bytes.
 
     The model's identity (offline: the source file's sha256; local folder: its contents' hash; hub id: the
-    pinned revision), layer, pooling, dtype, the batch size (padding and kernels change fp16 values, so
-    batches are part of the key), preprocessing (vision, resolved from the model), the inputs (texts
-    hashed; images by dataset ``source`` and the ids' hash), and the storage dtype.
+    pinned revision), layer, pooling, dtype (``auto`` resolved for ``device``: lib.core.precision), the batch
+    size (padding and kernels change fp16 values, so batches are part of the key), preprocessing (vision,
+    resolved from the model), the inputs (texts hashed; images by dataset ``source`` and the ids' hash), and
+    the storage dtype.
     """
     cfg, kind = request.model, request.kind
     common = {"source": request.source, "store_dtype": request.dtype}
     if kind == "text":
-        return {"kind": "text", **_text_model_spec(cfg), "pooling": cfg.pooling, **common,
+        return {"kind": "text", **_text_model_spec(cfg, device), "pooling": cfg.pooling, **common,
                 "texts_sha256": digest(request.texts)}
     if kind == "text-tokens":
-        return {"kind": "text_sequence", **_text_model_spec(cfg), "pooling": None, "padding_side": "right",
+        return {"kind": "text_sequence", **_text_model_spec(cfg, device), "pooling": None, "padding_side": "right",
                 **common, "texts_sha256": digest(request.texts)}
     if kind == "facets":
         return {"kind": "text_facets", "model": resolve(cfg.name, "transformers", cfg.revision).identity,
                 "layer": cfg.layer, "pooling": "prompt_token", "template": cfg.template, "facets": list(cfg.facets),
-                "positions": cfg.positions, "max_caption_tokens": cfg.max_caption_tokens, "dtype": cfg.dtype,
+                "positions": cfg.positions, "max_caption_tokens": cfg.max_caption_tokens,
+                "dtype": resolve_dtype(cfg.dtype, device),
                 "batch_size": cfg.batch_size, **common, "texts_sha256": digest(request.texts)}
     encoder = pool.get(cfg, device, request.backend)  # vision: preprocessing is resolved from the model
     spec = {**encoder.cache_spec(), "batch_size": cfg.batch_size, **common, "ids_sha256": digest(request.ids)}

@@ -23,14 +23,21 @@ def setup(config: str) -> float:
       unless the environment already says (a user's own setting wins);
     * torch threads: ``OMP_NUM_THREADS`` when set (CI, a shared machine), else every core;
     * figures: seaborn's whitegrid theme, text no smaller than 9 pt, rendered at :data:`FIGURE_DPI` as
-      high-density PNG, so labels stay legible when the book shrinks a figure to its column.
+      high-density PNG, so labels stay legible when the book shrinks a figure to its column;
+    * one printed line: the torch threads, and what ``dtype: auto`` and ``precision: auto`` resolve to on this
+      machine (:mod:`lib.core.precision`), so that a page says which formats its numbers were computed in.
     """
     import matplotlib.pyplot as plt
     import seaborn as sns
     import torch
 
+    from lib.core.precision import cpu_bf16_units, resolve_dtype, resolve_precision
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1" if config in OFFLINE_CONFIGS else "0")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    units = ", ".join(cpu_bf16_units()) or "none"
+    print(f"{torch.get_num_threads()} torch thread(s); the CPU's bfloat16 units: {units}, so `dtype: auto` computes "
+          f"features in {resolve_dtype('auto')} and `precision: auto` trains in {resolve_precision('auto')}")
     sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
     plt.rcParams.update({"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "font.size": 10,
                          "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
-    "RULE", "Summary", "summarise", "Comparison", "compare", "versus", "Claim", "Runs", "VERDICTS",
+    "RULE", "Summary", "summarise", "Comparison", "compare", "versus", "stuck", "Claim", "Runs", "VERDICTS",
     "json_safe", "write_metrics", "validate_metrics", "SCHEMA", "versions",
 ]
 
@@ -139,6 +139,15 @@ def versus(a: Iterable | Summary, level: float) -> Comparison:
     a = a if isinstance(a, Summary) else summarise(a)
     b = Summary((float(level),) * max(a.n, 2))
     return compare(a, b)
+
+
+def stuck(row: Mapping, first_eval: int | None = None) -> bool:
+    """A run whose best validation step is its first evaluation (``first_eval``, default the row's own
+    ``"first_eval"``): a model that never improved on what it knew after its first evaluation has not trained,
+    and its numbers must not be read as its method's. Each chapter's ``stuck_runs`` applies this to the runs it
+    reports (leaving out the controls that are meant not to learn). See notebooks/sharelock.py, "Training the head"."""
+    first = row["first_eval"] if first_eval is None else first_eval
+    return row["best_step"] is not None and first is not None and row["best_step"] <= first
 
 
 @dataclass

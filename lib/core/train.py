@@ -59,6 +59,7 @@ from torch import nn
 
 from lib.core import distributed, run_cache
 from lib.core.config import TrainSettings
+from lib.core.precision import resolve_precision
 
 __all__ = ["TrainSettings", "TrainResult", "fit", "seed_everything", "cosine_with_warmup"]
 
@@ -311,6 +312,8 @@ def fit(
         progress = _progress_default()
 
     device = torch.device(device)
+    if settings.precision == "auto":  # resolved on this machine before the run is keyed (lib.core.precision)
+        settings = config = dataclasses.replace(settings, precision=resolve_precision("auto", device.type))
     world, rank = (distributed.world_size(), distributed.rank()) if distributed.is_distributed() else (1, 0)
     cache_key = run_cache.key_or_none(method, train, val, settings, seed, device) if world == 1 else None
     if cache_key is not None and (done := run_cache.load(cache_key, method)) is not None:
