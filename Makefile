@@ -5,8 +5,9 @@
 #   make setup-medium setup, then the medium config's data and models (~2.4 GB; opt-in, never run by
 #                     CI: tools/setup.sh step "medium")
 #   make book         setup, run every notebook in the config book/configs.yaml shows it in (papermill,
-#                     in place, skipped when nothing changed; a medium chapter first runs the medium
-#                     set-up step; metrics copied to book/metrics/), render book/results.md
+#                     in place, skipped when nothing changed, BOOK_JOBS side by side, default one per core;
+#                     the medium set-up step first when a medium chapter runs; metrics copied to book/metrics/),
+#                     render book/results.md
 #                     from them and book/papers.yaml, then build the book into _build/html
 #   make test         setup, then pytest on TEST_WORKERS processes (default 2, pytest-xdist): nbval runs each
 #                     committed notebook (computing its features into the store) before the tests that check
@@ -30,6 +31,9 @@ JB_FLAGS := --config book/_config.yml --toc _toc.yml
 # make test's processes: two on CI's two cores, one torch thread each (conftest.py); TEST_WORKERS=0 runs in one.
 TEST_WORKERS ?= 2
 
+# make book's chapters side by side: one per core (tools/run_notebooks.py); BOOK_JOBS=1 runs them one after another.
+BOOK_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+
 .PHONY: setup setup-medium book test sync clean-cache
 
 setup:
@@ -39,7 +43,7 @@ setup-medium: setup
 	@SETUP_STEPS=medium bash tools/setup.sh
 
 book: setup
-	$(PY) -m tools.run_notebooks
+	$(PY) -m tools.run_notebooks --jobs $(BOOK_JOBS)
 	$(PY) -m tools.results_page
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 

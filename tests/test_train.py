@@ -337,8 +337,13 @@ def test_progress_bar_silent_under_ci(monkeypatch, capsys):
     fit(RecordingMethod(), data, None, TrainSettings(steps=3, batch_size=8), progress=None)
     assert capsys.readouterr().err == ""
     monkeypatch.delenv("CI")
+    monkeypatch.delenv("LIB_PROGRESS", raising=False)
     fit(RecordingMethod(), data, None, TrainSettings(steps=3, batch_size=8), progress=None)
     assert "3/3" in capsys.readouterr().err
+    for value, silent in (("0", True), ("off", True), ("1", False)):  # make book's switch (tools/run_notebooks.py)
+        monkeypatch.setenv("LIB_PROGRESS", value)
+        fit(RecordingMethod(), data, None, TrainSettings(steps=3, batch_size=8), progress=None)
+        assert ("3/3" not in capsys.readouterr().err) is silent
 
 
 def test_config_and_input_validation():

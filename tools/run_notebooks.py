@@ -236,6 +236,8 @@ def main() -> None:
     # Training runs already done are read back (lib.core.run_cache): a chapter re-executed with its features in the
     # store and its runs cached costs its figures, not its training. LIB_RUN_CACHE=0 retrains everything.
     os.environ.setdefault("LIB_RUN_CACHE", "1")
+    # A progress bar on a book page is a stderr block (and the pages are checked for none): off in the kernels.
+    os.environ.setdefault("LIB_PROGRESS", "0")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rerun notebooks even if unchanged")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,

@@ -51,5 +51,10 @@ def _sub(name: str) -> Path:
 
 
 def quiet() -> bool:
-    """Progress bars are off under CI."""
-    return bool(os.environ.get("CI"))
+    """Progress bars are off under CI (``CI`` set and not ``0``/``false``/``no``) and with ``LIB_PROGRESS=0``.
+
+    Why one rule: a bar is noise in a log and a stderr block on a rendered page; ``make book`` sets
+    ``LIB_PROGRESS=0`` for the chapters it executes (tools/run_notebooks.py), an interactive session keeps its bars."""
+    off = ("", "0", "false", "no", "off")
+    return (os.environ.get("CI", "").strip().lower() not in off
+            or os.environ.get("LIB_PROGRESS", "").strip().lower() in off[1:])

@@ -72,7 +72,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lib.core import store_files, store_repair
+from lib.core import paths, store_files, store_repair
 from lib.core.store_files import (  # noqa: F401  (_verified: bench/store.py clears it; _manifest_digest: tests)
     _DTYPES, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _fault,
     _flock, _lock_path, _manifest_digest, _npy_header, _read_manifest, _repair_hint, _sha, _sidecar, _verified,
@@ -260,7 +260,7 @@ class FeatureStore:
         n_shards = -(-len(ids) // shard_rows)
         todo = [s for s in range(rank, n_shards, world_size)
                 if self._finished(entry, key, s, len(ids), layout) is None]
-        show = (not os.environ.get("CI")) if progress is None else progress
+        show = (not paths.quiet()) if progress is None else progress
         computed, busy, dims = 0, [], {}  # dims: the entry's feature dim, once a shard tells it
         with tqdm(total=len(todo), desc=desc or f"features {key[:8]}", unit="shard", disable=not show) as bar:
             for s in todo:  # first the shards nobody holds ...

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lib.core import distributed, run_cache
+from lib.core import distributed, paths, run_cache
 from lib.core.config import TrainSettings
 from lib.core.precision import resolve_precision
 
@@ -149,7 +149,7 @@ def _as_scalar_loss(loss: Any) -> torch.Tensor:
 
 
 def _progress_default() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no")
+    return not paths.quiet()
 
 
 @torch.no_grad()
