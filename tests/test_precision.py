@@ -90,3 +90,18 @@ def test_fit_trains_in_the_resolved_precision_and_records_it(monkeypatch, fast):
     assert [s.precision for s in seen] == [resolved], "the run is keyed by the resolved precision"
     assert result.settings == dataclasses.replace(settings, precision=resolved)
     assert set(dtypes) == {torch.bfloat16 if fast else torch.float32}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_encoder_loads_its_weights_in_the_resolved_dtype(monkeypatch, fast):
+    """``auto`` must reach the loader as a real dtype (the facet encoder once passed the word ``auto`` on)."""
+    from lib.core.encoders import TextEncoder
+    from lib.core.facets import FacetEncoder
+
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda *_: ("amx_bf16",) if fast else ())
+    expected = torch.bfloat16 if fast else torch.float32
+    smollm2 = TEXT_MODELS["smollm2"]["name"]
+    for encoder in (TextEncoder(smollm2, pooling="last_token", dtype="auto"),
+                    FacetEncoder(smollm2, facets=["this image description"], dtype="auto")):
+        assert encoder.model.dtype == expected
+        assert encoder.cache_spec()["dtype"] == str(expected).removeprefix("torch.")

@@ -104,3 +104,24 @@ def test_every_paper_number_carries_a_table_or_section_reference(chapter):
         ref = str(claim.get("ref", ""))
         assert REFERENCE.search(ref), f"{chapter}: {claim['claim']!r} has no table or section reference ({ref!r})"
         assert "not yet located" not in ref and "DESIGN" not in ref, f"{chapter}: {ref!r}"
+
+
+def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path):
+    now, before = tmp_path / "now", tmp_path / "before"
+    now.mkdir(), before.mkdir()
+
+    def claims(path, verdicts):
+        path.write_text(json.dumps({"claims": [{"id": k, "statement": f"claim {k}", "verdict": v}
+                                               for k, v in verdicts.items()],
+                                    "arithmetic": {"cpu_bf16_units": ["amx_bf16"], "auto_dtype": "bfloat16",
+                                                   "auto_precision": "bf16"}}))
+
+    claims(now / "a.json", {"x": "reproduced", "y": "inconclusive", "z": "not reproduced", "new": "reproduced"})
+    claims(before / "a.json", {"x": "reproduced", "y": "reproduced", "z": "reproduced", "gone": "inconclusive"})
+    papers = {"a": {"title": "Chapter A"}}
+    rows = results_page.stability_rows(papers, ["a"], now, before)
+    assert [(r[1], r[-1]) for r in rows] == [("claim x", "same"), ("claim y", "changed"), ("claim z", "**opposite**")]
+    section = "\n".join(results_page.stability_section(papers, ["a"], now, before))
+    assert "Of 3 claims, **1 keep their verdict**, 1 move between a verdict and *inconclusive*, and 1 turn" in section
+    assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
+    assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []

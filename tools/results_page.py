@@ -8,6 +8,11 @@ The page is never edited by hand. Its two inputs are
 * ``book/metrics/<chapter>.json``: the ``metrics.json`` that each chapter's notebook wrote when
   ``make book`` executed it (``tools/run_notebooks.py`` copies it there beside the executed notebook).
 
+A third, optional input, ``book/metrics/float32/<chapter>.json``, holds the metrics of the same chapters run the
+day before the ``medium`` configs moved to ``dtype: auto`` / ``precision: auto`` (float32 throughout: the executed
+chapters' ``metrics.json`` of commit ff63210). The page's last section sets their verdicts beside this run's, so a
+reader sees which verdicts survive a change of arithmetic (:func:`stability_rows`).
+
 ``python -m tools.results_page`` writes the page (``make book`` runs it before building the book);
 ``--metrics DIR`` reads ``DIR/<chapter>.json`` instead, and ``--check`` fails if the committed page
 differs from a fresh rendering. A metric named in ``papers.yaml`` that a chapter no longer writes is
@@ -27,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "book" / "papers.yaml"
 METRICS = ROOT / "book" / "metrics"
+REFERENCE_RUN = METRICS / "float32"  # the float32 run of the same configs (module docstring)
 PAGE = ROOT / "book" / "results.md"
 FIGURE = ROOT / "book" / "figures" / "results-small-config.png"
 
@@ -109,7 +115,54 @@ def claim_rows(metrics: dict) -> list[list[str]]:
     return rows
 
 
-def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None) -> str:
+OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
+
+
+def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
+    """One row per claim tested in both runs: chapter, claim, the float32 run's verdict, this run's, and whether
+    they agree. A claim that one run has and the other lacks is left out (the rows say what both tested)."""
+    rows = []
+    for chapter in chapters:
+        if not (reference_dir / f"{chapter}.json").is_file():
+            continue
+        before = {c["id"]: c for c in load_metrics(chapter, reference_dir).get("claims", [])}
+        for claim in load_metrics(chapter, metrics_dir).get("claims", []):
+            if claim["id"] in before:
+                old, new = before[claim["id"]]["verdict"], claim["verdict"]
+                same = "same" if old == new else ("**opposite**" if (old, new) in OPPOSITE else "changed")
+                rows.append([papers[chapter]["title"], claim["statement"], VERDICT_MARK[old], VERDICT_MARK[new], same])
+    return rows
+
+
+def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[str]:
+    """The page's last section: :func:`stability_rows` as a table, with the counts in a sentence."""
+    rows = stability_rows(papers, chapters, metrics_dir, reference_dir)
+    if not rows:
+        return []
+    arithmetic = {json.dumps(load_metrics(c, metrics_dir).get("arithmetic"), sort_keys=True) for c in chapters}
+    resolved = json.loads(arithmetic.pop()) if len(arithmetic) == 1 else None
+    here = (f"resolved here to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
+            f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "resolved per chapter")
+    counts = {kind: sum(row[-1] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
+    return [
+        "## Do the verdicts survive a change of arithmetic?",
+        "",
+        f"The `medium` configs compute in `dtype: auto` and `precision: auto`, {here}. The same configs ran the day",
+        "before in float32 throughout (the chapters' metrics of that run are kept in `book/metrics/float32/`). Same",
+        "data, seeds and rule; only the arithmetic differs, which moves every number by a little. A verdict that",
+        "changes with it sits at the edge of the rule's margin and should be read as fragile.",
+        f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} move between a verdict "
+        f"and *inconclusive*, and {counts['**opposite**']} turn to the opposite verdict.",
+        "",
+        "| chapter | the paper's claim | float32 run | this run | |",
+        "|---|---|---|---|---|",
+        *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows],
+        "",
+    ]
+
+
+def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None,
+           reference_dir: Path = REFERENCE_RUN) -> str:
     from lib.core.results import RULE
 
     papers = load_papers() if papers is None else papers
@@ -163,6 +216,7 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in chapter_rows(chapter, info, metrics)]
         lines.append("")
+    lines += stability_section(papers, chapters, metrics_dir, reference_dir)
     return "\n".join(lines)
 
 

@@ -238,7 +238,7 @@ class FacetEncoder:
             raise ValueError(f"positions {positions!r} is not one of ('reset', 'contiguous')")
         self.name, self.facets, self.layer, self.template = name, facets, layer, template
         self.positions, self.max_caption_tokens, self.batch_size = positions, max_caption_tokens, batch_size
-        self.dtype = resolve_dtype(dtype, device)  # "auto" -> what this machine runs fast; the key names it
+        self.dtype = dtype = resolve_dtype(dtype, device)  # "auto" -> what this machine runs fast; the key names it
         self.attn_implementation, self.device = attn_implementation, device
         self.prefix_template, self.suffix_template = split_template(template)
         self.resolved = resolve(name, "transformers", revision)

@@ -292,6 +292,16 @@ def versions() -> dict[str, str]:
     return out
 
 
+def arithmetic() -> dict:
+    """What a config's ``dtype: auto`` and ``precision: auto`` resolved to on this machine, and why (its CPU's
+    bfloat16 units; :mod:`lib.core.precision`): the same config computes in bfloat16 on one machine and in float32
+    on another, and a result must say which."""
+    from lib.core.precision import cpu_bf16_units, resolve_dtype, resolve_precision
+
+    return {"cpu_bf16_units": list(cpu_bf16_units()), "auto_dtype": resolve_dtype("auto"),
+            "auto_precision": resolve_precision("auto")}
+
+
 def validate_metrics(metrics: Mapping) -> None:
     """Raise ValueError naming the first field that breaks :data:`SCHEMA`."""
     for name, kind in _REQUIRED.items():
@@ -329,6 +339,7 @@ def write_metrics(output_dir: str | os.PathLike, *, chapter: str, config: str, s
     computed, reused = features.counts() if features is not None else (0, 0)
     metrics = json_safe({
         "schema": SCHEMA, "chapter": chapter, "config": config, "settings": settings, "versions": versions(),
+        "arithmetic": arithmetic(),
         "seconds": round(time.time() - started, 1),
         "features": {"shards_computed": computed, "shards_reused": reused,
                      "entries": len(features.report) if features is not None else 0},
