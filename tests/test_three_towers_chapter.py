@@ -199,3 +199,23 @@ def test_three_towers_small_config_metrics(three_towers_run):
     assert ids >= {"3t_beats_scratch_retrieval", "3t_beats_scratch_average", "3t_beats_lit_retrieval",
                    "lit_beats_3t_where_labels_cover", "3t_beats_lit_where_labels_do_not_cover"}
     assert all(findings[i] == (c["verdict"] == "reproduced") for c in metrics["claims"] for i in [c["id"]])
+
+
+def test_a_group_claim_not_reproduced_carries_both_groups_gaps_and_the_curve():
+    unseen = "medium-concepts-unseen"
+    rows = [{"method": method, "seed": seed, "train_pairs": size, f"{unseen}/acc1_covered": covered + 0.001 * seed,
+             f"{unseen}/acc1_not_covered": not_covered + 0.001 * seed}
+            for size, scale in ((100, 0.5), (200, 1.0))
+            for method, covered, not_covered in (("lit", 0.010 * scale, 0.012 * scale), ("3t", 0.005 * scale,
+                                                                                         0.004 * scale))
+            for seed in range(3)]
+    whole = Runs([r for r in rows if r["train_pairs"] == 200])
+    text = ch.group_diagnosis(whole, Runs(rows), unseen)
+    assert text.startswith("LiT − 3T in points: +0.5 on the groups ImageNet-1k names, +0.8 on those it does not; "
+                           "LiT leads where its labels do not cover the group, and by at least as much as where they "
+                           "do: not the paper's mechanism")
+    assert "3T − LiT in points, on the groups ImageNet-1k does not name, by training pairs: 100: -0.4" in text
+    assert ch.group_diagnosis(whole, None, unseen).endswith("(a locked tower limited by its labels)")
+    behind = Runs([{**r, f"{unseen}/acc1_not_covered": 0.0} if r["method"] == "lit" else r for r in whole])
+    assert "+0.5 on the groups ImageNet-1k names, -0.5 on those it does not; LiT does not lead where" in \
+        ch.group_diagnosis(behind, None, unseen)
