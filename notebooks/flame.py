@@ -588,7 +588,7 @@ if len(coincidences):
 #
 # | | paper (Cao et al. 2025) | official code ([MIV-XJTU/FLAME @ 4d2b9a9](https://github.com/MIV-XJTU/FLAME/tree/4d2b9a932f205cbfc1d5a9ec9320e4e240ec66de)) | this book |
 # |---|---|---|---|
-# | text encoder | Mistral-Nemo (12B), frozen | Mistral-Nemo-Instruct-2407, fp16 | small and medium: SmolLM2-135M-Instruct (fp32 from GGUF); full: Mistral-Nemo-Instruct |
+# | text encoder | Mistral-Nemo (12B), frozen | Mistral-Nemo-Instruct-2407, fp16 | small and medium: SmolLM2-135M-Instruct (de-quantised from GGUF; small in fp32, medium in `dtype: auto`, bfloat16 on a CPU with bfloat16 units); full: Mistral-Nemo-Instruct |
 # | layer read | "the final hidden state" | block 39 of 40, before the final norm | after the final norm (`layer: -1`); `layer: 39` reproduces the code |
 # | prompt | template P below | template C below (single prompt; the long template starts "Detailed Image description :"), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
 # | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small and medium: the first 3 of the 7 on long CLDR / Openclipart captions; full: the 7; short texts under the one prompt |
