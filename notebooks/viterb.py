@@ -107,10 +107,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from lib.chapters import viterb
+from lib.chapters import viterb, viterb_medium
 from lib.core import config as configs
-from lib.core import features, notebook, paths, ranks
+from lib.core import curves, features, notebook, paths, ranks
 from lib.core.results import RULE, Runs, write_metrics
+from lib.core.results import stuck as is_stuck
 from lib.core.store import FeatureStore
 from lib.data import class_splits, class_texts, manifests, wordnet
 from lib.preflight import require
@@ -431,6 +432,32 @@ if runs.where(study="bare name").rows:
                           for t in cfg.text]).set_index("language model"))
 
 # %% [markdown]
+# ### More data: decoders against encoders as the training set grows
+#
+# One score per model hides whether the encoders' lead is still moving. Every language model is trained again
+# on the class names of the first score dataset with an eighth, a quarter and half of its training images
+# (nested subsets, every seed, validated once an epoch of the subset: `lib.core.curves`), beside the main grid's
+# runs on all of them. The paper's decoders have 7–8B parameters and were trained on far more text than its
+# encoders; here the question is only whether more image–text pairs close, open or flip the gap at this scale.
+
+# %%
+curve = viterb_medium.data_size_curve(cfg, benches, feats, runs) if cfg.curve_fractions and not quick else None
+if curve is not None:
+    points = curve.frame()
+    fig, axis = plt.subplots(figsize=(7.5, 3.6))
+    sns.lineplot(data=points, x="train_images", y="score", hue="model", style="family", markers=True,
+                 errorbar="sd", ax=axis)
+    notebook.chance_line(axis, float(points["chance"].iloc[0]))
+    notebook.percent_axis(axis, "y", decimals=1)
+    axis.set(xscale="log", xlabel="training images (log scale)", ylabel="unseen score",
+             title=f"Class names on {cfg.score_datasets[0]}: decoders (solid) and encoders (dashed)")
+    axis.legend(fontsize=8, ncol=2, loc="upper left")
+    plt.tight_layout()
+    display(curves.table(curve, "score", {"family": "decoder"}, {"family": "encoder"}, ("decoders", "encoders"),
+                         size_key="train_images"))
+    print(f"curve runs whose best step is their first evaluation: {sum(is_stuck(r) for r in curve)} of {len(curve)}")
+
+# %% [markdown]
 # ## Does a more capable language model see better?
 #
 # The paper relates the ViTeRB score to a language model's general capability, its MMLU score (Figure 1:
@@ -543,7 +570,7 @@ print(RULE)
 # %%
 reference_alone = {d: viterb.same_as_name(texts[(d, "reference")], benches[d]) for d in cfg.score_datasets
                    if (d, "reference") in texts}
-claims = viterb.claims(cfg, runs, perplexity, params=params, reference_alone=reference_alone)
+claims = viterb.claims(cfg, runs, perplexity, params=params, reference_alone=reference_alone, curve=curve)
 verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
                           "this run": c.evidence + (f" ({c.diagnosis})" if c.diagnosis else ""),
                           "verdict": c.verdict} for c in claims])

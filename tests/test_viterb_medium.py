@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from test_medium_data import _need_medium
 
-from lib.chapters import viterb
+from lib.chapters import viterb, viterb_medium
 from lib.core.results import Runs
 from lib.data import class_texts
 
@@ -125,3 +125,26 @@ def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
              score=0.001, chance=0.001, best_step=first)
     stuck = viterb.stuck_runs(cfg, runs)
     assert len(stuck) == 2 and {r["model"] for r in stuck} == {"dec-a"} and {r["study"] for r in stuck} == {"main"}
+
+
+def test_the_data_size_curve_trains_every_model_below_the_whole_set_on_class_names():
+    cfg = viterb.load_config("medium")
+    specs = viterb_medium.curve_specs(cfg, 11_416)
+    sizes = sorted({s.train_images for s in specs})
+    assert sizes == [1427, 2854, 5708]  # an eighth, a quarter, a half; the whole set is the main grid's run
+    assert len(specs) == len(sizes) * len(cfg.text) * len(cfg.seeds)
+    assert {(s.study, s.dataset, s.kind) for s in specs} == {("curve", cfg.score_datasets[0], viterb_medium.CURVE_KIND)}
+    assert viterb_medium.curve_specs(viterb.load_config("small"), 1000) == []  # no curve in the small config
+
+
+def test_the_decoder_claim_not_reproduced_carries_the_curve_trend():
+    cfg = viterb.load_config("medium")
+    rows = [{"study": "main", "role": "score", "dataset": "medium", "kind": "name", "model": m, "family": f,
+             "seed": seed, "score": score + 0.001 * seed, "chance": 0.001, "train_images": size}
+            for size, gap in ((1000, 0.02), (2000, 0.01))
+            for m, f, score in (("dec", "decoder", 0.03), ("enc", "encoder", 0.03 + gap)) for seed in range(3)]
+    whole = Runs([r for r in rows if r["train_images"] == 2000])
+    claim = viterb.claims(cfg, whole, {}, curve=Runs(rows))[0]
+    assert claim.id == "decoders_beat_encoders" and claim.verdict == "not reproduced"
+    assert ("decoders − encoders in points, class names on medium, by training pairs: 1,000: -2.0 (encoders ahead); "
+            "2,000: -1.0 (encoders ahead)") in claim.diagnosis

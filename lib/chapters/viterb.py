@@ -23,7 +23,7 @@ from typing import Literal, Sequence
 import torch
 
 from lib.core import config as configs
-from lib.core import features
+from lib.core import curves, features
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import mean_per_class_recall
 from lib.core.capability import capability
@@ -53,7 +53,9 @@ class Config:
     ``check_datasets`` run the same grid but are reported on their own. ``encoders`` names the text models
     that are encoders (Table 1's "Enc." rows); the others are decoders. ``pooling_ablation``: text models
     run again with another pooling (reported apart from the main table). ``bare_name``: also run the class
-    name without templates.
+    name without templates. ``curve_fractions``: shares of the first score dataset's training images at which
+    every text model is trained again on the class names (the data-size curve, :func:`data_size_curve`; empty:
+    none).
     """
 
     score_datasets: tuple[str, ...]
@@ -73,6 +75,7 @@ class Config:
     vision_check_seeds: int = 1  # the other vision models run only the first N seeds ...
     vision_check_kinds: tuple[TextKind, ...] = ("name", "reference")  # ... and only these text types
     perplexity_texts: int = 200  # held-out WordNet glosses for each decoder's own perplexity
+    curve_fractions: tuple[float, ...] = ()
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
 
@@ -135,6 +138,7 @@ class RunSpec:
     vision: VisionModelConfig
     seed: int
     shuffle: bool = False  # the control: class texts permuted among the seen classes
+    train_images: int | None = None  # the data-size curve: the first N of a fixed permutation of the training images
 
 
 def run_specs(cfg: Config, quick: bool = False) -> list[RunSpec]:
@@ -248,15 +252,20 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
         source[seen] = seen[torch.randperm(len(seen), generator=torch.Generator().manual_seed(spec.seed))]
     labels = source[torch.tensor(bench.image_labels)]
     train_rows, val_rows = torch.tensor(bench.images("train")), torch.tensor(bench.images("val"))
+    settings = cfg.train
+    subset = curves.nested_subset(len(train_rows), spec.train_images)
+    if subset is not None:  # a point of the data-size curve: validated once an epoch of the subset
+        train_rows, settings = train_rows[subset], curves.subset_settings(cfg.train, len(subset))
     val_text = model.draw(labels[val_rows], torch.Generator().manual_seed(10_000 + spec.seed))
     result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
-                 {"image": images[val_rows], "text": val_text}, cfg.train, seed=spec.seed, device=cfg.device)
+                 {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
     role = "score" if spec.dataset in cfg.score_datasets else "check"
     return {"study": spec.study, "dataset": spec.dataset, "role": role, "model": label(cfg, spec.text),
             "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
             "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
             "score": unseen_score(method, images, text_features, texts.owner, bench),
             "chance": 1 / len(bench.classes("unseen")), "best_step": result.best_step, "steps_run": result.steps_run,
+            "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
             "train_s": round(result.seconds, 2)}
 
 
@@ -366,7 +375,8 @@ def _means(runs: Runs, key: str, **where) -> str:
     return ", ".join(f"{v} {100 * m:.2f} %" for v, m in sorted(values.items(), key=lambda kv: -(kv[1] or 0)))
 
 
-def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, float] | None) -> Claim:
+def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, float] | None,
+              curve: Runs | None = None) -> Claim:
     """A measured diagnosis for a claim that did not reproduce (kept as is when it did, or has one)."""
     import dataclasses
 
@@ -376,6 +386,10 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
         text = f"per model (mean over types and seeds): {_means(runs, 'model', **_main())}"
         if runs.where(study="pooling", role="score").rows:
             text += f"; the encoders mean-pooled: {_means(runs, 'model', study='pooling', role='score')}"
+        if curve is not None and len(curve):
+            trend = curves.trend(curve, "score", {"family": "decoder"}, {"family": "encoder"}, ("decoders", "encoders"),
+                                 size_key="train_images", context=f"class names on {cfg.score_datasets[0]}")
+            text += f"; {trend}" if trend else ""
     elif claim.id.endswith("_beats_names"):
         kind = claim.id[: -len("_beats_names")]
         text = "per dataset, " + "; ".join(
@@ -392,12 +406,12 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
 
 
 def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params: dict[str, float] | None = None,
-           reference_alone: dict[str, float] | None = None) -> list[Claim]:
+           reference_alone: dict[str, float] | None = None, curve: Runs | None = None) -> list[Claim]:
     """The paper's claims that the runs can test, each with its verdict (``lib.core.results.RULE``) and, for one
     that did not reproduce, a measured diagnosis. ``perplexity``: model label -> perplexity on held-out text
     (None for encoders); ``params``: model label -> parameter count (with three or more models: the size claim,
     Spearman's rho over every model); ``reference_alone``: dataset -> share of classes whose reference text is
-    only the name."""
+    only the name; ``curve``: the data-size curve (:func:`data_size_curve`), for the decoder claim's diagnosis."""
     out = [Claim("decoders_beat_encoders", "decoder LLMs give better class representations than encoders "
                  "(ViTeRB score, mean over models and text types)", "Table 1; abstract",
                  runs.compare("score", _main(family="decoder"), _main(family="encoder")), ("decoders", "encoders"),
@@ -419,7 +433,7 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
     out.append(Claim("above_chance", "a head trained on seen classes transfers to unseen classes through their "
                      "texts alone", "§4", versus(runs.values("score", **_main()), chance), ("ViTeRB score", "chance"),
                      paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
-    return [_diagnose(c, cfg, runs, reference_alone) for c in out]
+    return [_diagnose(c, cfg, runs, reference_alone, curve) for c in out]
 
 
 def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> dict[str, float | None]:
