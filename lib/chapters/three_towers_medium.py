@@ -1,7 +1,7 @@
 """The Three Towers chapter's concept groups (its medium config): accuracy on the groups ImageNet-1k names and on
 the others, and the measured diagnosis of a group claim that was not reproduced. Split off
 ``lib.chapters.three_towers`` by the module size limit; that module re-exports both. See
-notebooks/three_towers.py, "What the comparisons say"."""
+notebooks/three_towers.py, section "What the comparisons say"."""
 from __future__ import annotations
 
 import torch

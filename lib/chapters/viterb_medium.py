@@ -1,6 +1,7 @@
 """The ViTeRB chapter's data-size curve (its medium config): every language model trained again on the class names
 with nested shares of the training images, so that the decoder-vs-encoder gap is read as the data grow. Split off
-``lib.chapters.viterb`` by the module size limit. See notebooks/viterb.py, "More data"."""
+``lib.chapters.viterb`` by the module size limit. See notebooks/viterb.py, section "More data: decoders against
+encoders as the training set grows"."""
 from __future__ import annotations
 
 from lib.chapters import viterb
@@ -28,7 +29,7 @@ def curve_specs(cfg: viterb.Config, n_train: int) -> list[viterb.RunSpec]:
 def data_size_curve(cfg: viterb.Config, benches: dict[str, ClassBenchmark], feats: viterb.ChapterFeatures,
                     runs: Runs) -> Runs:
     """Decoders against encoders as the training set grows (:func:`curve_specs`; the whole-set points are the main
-    grid's runs on the same dataset and text type). See notebooks/viterb.py, "More data"."""
+    grid's runs on the same dataset and text type)."""
     dataset = cfg.score_datasets[0]
     curve = Runs()
     for spec in curve_specs(cfg, len(benches[dataset].images("train"))):
