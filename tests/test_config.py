@@ -219,3 +219,41 @@ def test_papermill_list_parameters_given_as_strings_are_parsed():
     assert cfg.seeds == (0,)
     with pytest.raises(ConfigError, match=r"small.seeds\[0\]: '\[' is not allowed"):
         load("sharelock", "small", ShareLockConfig, {"seeds": list("[0]")})  # what a naive list() did
+
+
+def test_a_yaml_alias_bomb_in_a_parameter_is_refused_at_once():
+    import time
+
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"parameter seeds: YAML aliases \(\*name\) are not allowed"):
+        parameter_overrides(seeds=bomb)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_huge_parameter_or_config_file_is_refused_before_it_is_parsed(tmp_path):
+    import time
+
+    with pytest.raises(ConfigError, match=r"parameter overrides: 200,002 characters of YAML is more than"):
+        parameter_overrides(overrides="{" + " " * 200_000 + "}")
+    big = tmp_path / "mine.yaml"
+    big.write_text("seeds: [0]\n# " + "x" * (config.MAX_CONFIG_BYTES + 10) + "\n")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"mine.yaml: 1,048,\d+ bytes is more than the 1,048,576 a config may have"):
+        load("sharelock", str(big), ShareLockConfig)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_an_error_message_never_spells_out_a_huge_value():
+    with pytest.raises(ConfigError) as error:
+        load("sharelock", "small", ShareLockConfig, {"seeds": [[list(range(1000))] * 1000]})
+    assert len(str(error.value)) < 400 and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("seeds, problem", [([0, 1, 0], r"seeds: 0 appears more than once"),
+                                            ([0, -1], r"seeds: -1 is not allowed; expected integers in \[0, 4294967295\]"),
+                                            ([2**40], r"seeds: 1099511627776 is not allowed")])
+def test_repeated_or_absurd_seeds_are_refused_in_one_line(seeds, problem):
+    with pytest.raises(ConfigError, match=problem):
+        load("sharelock", "small", ShareLockConfig, parameter_overrides(seeds=str(seeds)))

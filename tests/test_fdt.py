@@ -341,3 +341,18 @@ def test_zero_padding_changes_no_sparsemax_weight_while_the_threshold_is_positiv
     padded = (~batch["text_mask"]).any(dim=1)
     assert (tau > 0).all() and padded.any() and (a.relevance[padded] < 0).any()  # a real test
     torch.testing.assert_close(b.weights, a.weights)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_codes_work_in_the_heads_own_dtype_without_autocast(dtype):
+    """A float64 head (for reference comparisons) and a bfloat16 head (no autocast) give embeddings in their own
+    dtype, close to the float32 head's: the weights are float32, the product is taken in the codebook's dtype."""
+    head, batch = _head(), _batch()
+    with torch.no_grad():
+        ref = head.codes("text", batch["text"], batch["text_mask"])
+        other = _head().to(dtype)
+        got = other.codes("text", batch["text"], batch["text_mask"])
+    assert got.weights.dtype == torch.float32 and got.embedding.dtype == dtype
+    tol = 1e-5 if dtype == torch.float64 else 5e-2
+    torch.testing.assert_close(got.embedding.float(), ref.embedding, atol=tol, rtol=0)
+    torch.testing.assert_close(got.embedding.float().norm(dim=-1), torch.ones(4), atol=tol, rtol=0)

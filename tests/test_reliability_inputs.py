@@ -193,3 +193,62 @@ def test_features_of_the_wrong_width_for_a_head(tmp_path, head):
     head.eval()
     error = nothing_half_written(tmp_path, lambda: head(torch.randn(4, 384)), ValueError)
     clear(str(error), type(head).__name__, "width 640", "got 384", remedy=("rebuild it with in_dim=384",))
+
+
+# ------------------------------------------------------------------------------------------ datasets named by hand
+
+@pytest.fixture
+def hand_made(tmp_path, monkeypatch):
+    """A dataset folder and manifest of the user's own (jsonl pairs / class folders), without the manifest files."""
+    from lib.data import datasets
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    manifest = {"classes": ["cat", "dog"], "class_dirs": ["n1", "n2"], "obtain": "make it yourself"}
+    monkeypatch.setattr(datasets.manifests, "load", lambda name: manifest)
+    monkeypatch.setattr(datasets.manifests, "location", lambda name: folder)
+    monkeypatch.setattr(datasets.manifests, "manifest_hash", lambda name: "0" * 64)
+    return folder, manifest
+
+
+@pytest.mark.parametrize("image", ["../outside.jpg", "/etc/passwd", "a/../../outside.jpg", "C:/x.jpg"])
+def test_a_caption_file_naming_an_image_outside_its_folder_is_refused(hand_made, image):
+    import json
+
+    from lib.data import datasets
+
+    folder, _ = hand_made
+    (folder / "train.jsonl").write_text(json.dumps({"image": "ok.jpg", "caption": "fine"}) + "\n"
+                                        + json.dumps({"image": image, "caption": "sneaky"}) + "\n")
+    with pytest.raises(DatasetMissingError, match=r"train.jsonl line 2: image .* is not a path inside"):
+        datasets.jsonl_pairs("mine", "train")
+
+
+@pytest.mark.parametrize("field, values, problem", [
+    ("classes", ["cat", "cat"], r"lists classes 'cat' more than once"),
+    ("class_dirs", ["n1", "n1"], r"lists class_dirs 'n1' more than once"),
+    ("classes", ["cat", "dog", "cow"], r"has 3 classes but 2 class_dirs")])
+def test_duplicate_or_mismatched_class_names_are_refused(hand_made, field, values, problem):
+    from lib.data import datasets
+
+    folder, manifest = hand_made
+    for d in ("n1", "n2"):
+        (folder / d).mkdir()
+    manifest[field] = values
+    with pytest.raises(DatasetMissingError, match=problem):
+        datasets.folder_labelled("mine")
+
+
+def test_an_image_past_pils_hard_limit_gets_advice_that_works(tmp_path, monkeypatch):
+    """PIL refuses such a file inside Image.open, so max_pixels cannot shrink it: the advice says to shrink the file."""
+    from PIL import Image
+
+    from lib.data.images import BadImageError, open_image
+
+    path = tmp_path / "huge.png"
+    Image.new("L", (300, 300)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100 * 100 // 2)  # 300 x 300 is past twice this: the hard limit
+    for cap in (None, 1000):
+        with pytest.raises(BadImageError, match=r"too large to decode safely .* shrink the file itself") as error:
+            open_image(path, max_pixels=cap)
+        assert "max_pixels" not in str(error.value)

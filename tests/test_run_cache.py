@@ -69,11 +69,64 @@ def test_a_damaged_entry_is_named_retrained_and_replaced(cache):
     first = _run()
     (weights,) = cache.rglob("weights.pt")
     weights.write_bytes(b"not a checkpoint")
-    with pytest.warns(UserWarning, match=r"run cache entry .* cannot be read .* retraining the run and replacing"):
+    with pytest.warns(UserWarning, match=r"run cache entry .*: weights.pt does not match its checksum; retraining the run"):
         again = _run()
     assert not again[0].cached
     _same(first, again)
     assert _run()[0].cached
+
+
+def test_one_flipped_byte_in_the_weights_is_detected_and_retrained(cache):
+    """A flipped byte inside the tensor data still unpickles into valid weights: only the checksum can see it."""
+    first = _run()
+    (weights,) = cache.rglob("weights.pt")
+    data = bytearray(weights.read_bytes())
+    data[-200] ^= 0x01  # inside the last tensor's storage, far from the zip's central directory
+    weights.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=r"weights.pt does not match its checksum"):
+        again = _run()
+    assert not again[0].cached
+    _same(first, again)
+
+
+def test_an_edited_result_is_not_believed(cache):
+    import json
+
+    first = _run()
+    (record,) = cache.rglob("run.json")
+    fields = json.loads(record.read_text())
+    fields["best_val_loss"] = -1.0
+    record.write_text(json.dumps(fields))
+    with pytest.warns(UserWarning, match=r"run.json does not match its checksum"):
+        again = _run()
+    assert not again[0].cached and again[0].best_val_loss == first[0].best_val_loss
+
+
+def test_an_entry_without_checksums_is_retrained(cache):
+    _run()
+    (sums,) = cache.rglob("checksums.json")
+    sums.unlink()
+    with pytest.warns(UserWarning, match=r"checksums.json cannot be read"):
+        assert not _run()[0].cached
+    assert _run()[0].cached
+
+
+def test_a_killed_writers_temporary_folder_is_swept_on_the_next_write(cache):
+    import os
+    import time
+
+    _run()
+    (entry,) = {p.parent for p in cache.rglob("run.json")}
+    stale = entry.parent / f".{entry.name}.abc123.tmp"
+    stale.mkdir()
+    (stale / "weights.pt").write_bytes(b"half")
+    fresh = entry.parent / f".{entry.name}.def456.tmp"  # a writer that is still running: left alone
+    fresh.mkdir()
+    old = time.time() - 2 * run_cache.STALE_SECONDS
+    os.utime(stale, (old, old))
+    _run(seed=1)  # another entry; same two-hex folder only by chance, so sweep the folder explicitly too
+    run_cache.sweep_stale(entry.parent)
+    assert not stale.exists() and fresh.exists()
 
 
 def test_nothing_is_cached_unless_asked(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import reprlib
 import types
 import typing
 from dataclasses import dataclass
@@ -133,6 +134,45 @@ class StoreConfig:
     verify: Literal["always", "once", "never"] = "once"
 
 
+MAX_PARAMETER_CHARS = 10_000  # a papermill parameter's YAML text (a seed list, an overrides mapping)
+MAX_CONFIG_BYTES = 1 << 20  # a config file: the shipped ones are a few kilobytes
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are 32-bit here; anything larger is a typo
+
+_SHOW = reprlib.Repr()  # Python 3.11 sets the limits as attributes, not constructor arguments
+_SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxtuple, _SHOW.maxdict = 3, 8, 8, 8
+_SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 60, 60, 40
+
+
+def _show(value: Any) -> str:
+    """A bounded ``repr`` for error messages: a huge or deeply nested value is never spelt out whole."""
+    return _SHOW.repr(value)
+
+
+def safe_yaml(text: str, where: str, limit: int = MAX_PARAMETER_CHARS) -> Any:
+    """``yaml.safe_load`` of ``text``, bounded: refused past ``limit`` characters and when it uses an alias.
+
+    Why: an alias (``*a``) can repeat an anchored node exponentially (a "billion laughs" of a few hundred
+    characters), and a long text is parsed before any field is validated. The book's configs use neither."""
+    if len(text) > limit:
+        raise ConfigError(f"{where}: {len(text):,} characters of YAML is more than the {limit:,} allowed; "
+                          "give a shorter value (or a config file)")
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise ConfigError(f"{where}: YAML aliases (*name) are not allowed; write the value out")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{where}: not valid YAML ({first})") from None
+
+
+def _read_yaml_file(path: Path) -> Any:
+    size = Path(path).stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path}: {size:,} bytes is more than the {MAX_CONFIG_BYTES:,} a config may have")
+    return safe_yaml(Path(path).read_text(encoding="utf-8"), f"config file {path}", limit=MAX_CONFIG_BYTES)
+
+
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -150,7 +190,7 @@ def _describe(tp: Any) -> str:
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
-    bad = ConfigError(f"{where}: {value!r} is not allowed; expected {_describe(tp)}")
+    bad = ConfigError(f"{where}: {_show(value)} is not allowed; expected {_describe(tp)}")
     if origin in (typing.Union, types.UnionType):
         for option in typing.get_args(tp):
             try:
@@ -189,7 +229,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         except (ValueError, OverflowError):
             raise bad from None
         if not math.isfinite(number):
-            raise ConfigError(f"{where}: {value!r} is not allowed; expected a finite number")
+            raise ConfigError(f"{where}: {_show(value)} is not allowed; expected a finite number")
         return number
     if tp is str:
         if isinstance(value, str) and value:
@@ -201,7 +241,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 def build(schema: type, data: Any, where: str = "config"):
     """Build a frozen dataclass from plain data, validating every field."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected {_describe(schema)}, got {data!r}")
+        raise ConfigError(f"{where}: expected {_describe(schema)}, got {_show(data)}")
     hints = typing.get_type_hints(schema)
     names = {f.name for f in dataclasses.fields(schema)}
     unknown = sorted(str(key) for key in set(data) - names)
@@ -256,6 +296,15 @@ def _check_positive(instance: Any, where: str) -> None:
         value = getattr(instance, name, None)
         if isinstance(value, tuple) and not value:
             raise ConfigError(f"{where}.{name}: [] is not allowed; expected at least one entry")
+    seeds = getattr(instance, "seeds", None)
+    if isinstance(seeds, tuple):
+        absurd = [s for s in seeds if isinstance(s, int) and not 0 <= s <= MAX_SEED]
+        if absurd:
+            raise ConfigError(f"{where}.seeds: {_show(absurd[0])} is not allowed; expected integers in [0, {MAX_SEED}]")
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:
+            raise ConfigError(f"{where}.seeds: {repeated[0]} appears more than once; a repeated seed repeats a run and "
+                              "narrows every interval falsely: list each seed once")
     device = getattr(instance, "device", None)
     if isinstance(device, str) and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         raise ConfigError(f"{where}.device: {device!r} is not allowed; expected 'cpu', 'cuda', 'cuda:N' or 'mps'")
@@ -272,9 +321,9 @@ def load(notebook: str, name: str, schema: type, overrides: dict | None = None):
     """
     path = CONFIG_DIR / f"{notebook}.yaml"
     if Path(name).suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        data = _read_yaml_file(Path(name))
     else:
-        sections = yaml.safe_load(path.read_text(encoding="utf-8"))
+        sections = _read_yaml_file(path)
         if name not in sections:
             raise ConfigError(f"config: {name!r} is not allowed; expected one of {', '.join(sections)} ({path})")
         data = sections[name]
@@ -304,18 +353,13 @@ def parameter_overrides(*, seeds: Any = None, limit: Any = None, overrides: Any 
     arguments set top-level fields of the same name.
     """
     def parsed(name: str, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError as error:
-                raise ConfigError(f"parameter {name}={value!r} is not valid YAML ({error})") from None
-        return value
+        return safe_yaml(value, f"parameter {name}") if isinstance(value, str) else value
 
     out: dict = {}
     if overrides is not None:
         extra = parsed("overrides", overrides)
         if not isinstance(extra, dict):
-            raise ConfigError(f"parameter overrides={overrides!r} must be a mapping of config fields")
+            raise ConfigError(f"parameter overrides={_show(overrides)} must be a mapping of config fields")
         out = _merge(out, extra)
     if seeds is not None:
         seeds = parsed("seeds", seeds)

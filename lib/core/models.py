@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -192,13 +193,46 @@ def ensure_offline_model(name: str) -> tuple[Path, dict]:
     folder = paths.models_dir() / name.removeprefix(OFFLINE_PREFIX)
     record = folder / "source.json"
     if record.is_file():
-        facts = json.loads(record.read_text())
+        try:
+            facts = json.loads(record.read_text())
+        except ValueError:
+            facts = {}
         if facts.get("packages") == versions:
-            return folder, facts
+            damaged = _converted_damage(folder, facts)
+            if not damaged:
+                return folder, facts
+            warnings.warn(f"{folder}: {damaged}; rebuilding the converted model from its wheel", stacklevel=2)
     with building_dir(folder) as tmp:
         facts = {"name": name, "packages": versions, "licence": model.licence, **model.build(tmp)}
+        facts["converted_sha256"] = {rel: file_sha256(path) for rel, path in _weight_files(tmp).items()}
         write_json(tmp / "source.json", facts)  # written last: its presence means "complete"
+    _hashes(folder, _weight_files(folder))  # record the stamps under the final path: the next check reads no bytes
     return folder, facts
+
+
+def _weight_files(folder: Path) -> dict[str, Path]:
+    """The files of a model folder whose bytes change its outputs (``_WEIGHT_SUFFIXES``), by relative path."""
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
+            if p.suffix in _WEIGHT_SUFFIXES and p.is_file() and p.name != "source.json"
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+
+
+def _converted_damage(folder: Path, facts: dict) -> str | None:
+    """Why a converted model folder cannot be believed (None when every file has the sha256 recorded at build time).
+
+    Why: the store keys an offline model's features by the weights it was built from; a converted file damaged
+    afterwards (a flipped bit, a truncated copy) would otherwise give other features under the same key. The check
+    re-hashes a file only when its size or times changed (:func:`_hashes`), so an intact folder costs a stat."""
+    recorded = facts.get("converted_sha256")
+    if not isinstance(recorded, dict) or not recorded:
+        return "its record names no checksums of the converted files (built by an older version)"
+    present = _weight_files(folder)
+    if set(present) != set(recorded):
+        changed = sorted(set(present) ^ set(recorded))
+        return f"its files differ from those recorded at build time ({', '.join(changed[:3])})"
+    actual = _hashes(folder, present)
+    bad = sorted(rel for rel in recorded if actual.get(rel) != recorded[rel])
+    return f"{', '.join(bad[:3])} changed since it was built (sha256 differs)" if bad else None
 
 
 def is_hub_id(name: str) -> bool:
@@ -220,7 +254,9 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
         if model.library != library:
             raise ValueError(f"model {name!r} loads with library {model.library!r}, not {library!r}: fix the config")
         folder, facts = ensure_offline_model(name)
-        identity = {"name": name, "sha256": facts["source_sha256"], "packages": facts["packages"]}
+        converted = hashlib.sha256(json.dumps(facts["converted_sha256"], sort_keys=True).encode()).hexdigest()
+        identity = {"name": name, "sha256": facts["source_sha256"], "packages": facts["packages"],
+                    "converted_sha256": converted}
         if library == "timm":
             from lib.core.offline_vision import EFFICIENTNET_LITE0_ARCH
 

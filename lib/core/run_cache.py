@@ -14,8 +14,9 @@ half hour its runs take. The key names everything a run reads:
 
 A method holding something the key cannot name (an object whose ``repr`` is its memory address) is trained and
 not cached. Several processes (``torchrun``) are never cached. An entry that cannot be read is retrained and
-replaced, with a warning naming it. Opt-in with ``LIB_RUN_CACHE=1`` (``make book`` sets it; the tests do not);
-``make clean-cache`` drops it.
+replaced, with a warning naming it; so is one whose files do not match the checksums written with them
+(XXH3, as the store's shards). Temporary folders a killed writer left are swept on the next write. Opt-in with
+``LIB_RUN_CACHE=1`` (``make book`` sets it; the tests do not); ``make clean-cache`` drops it.
 
 See notebooks/sharelock.py, section "Training the head" (the run cache).
 """
@@ -26,7 +27,9 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -34,11 +37,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from lib.core import atomic, code_closure, paths
+from lib.core import atomic, checksums, code_closure, paths
 
-__all__ = ["enabled", "run_key", "key_or_none", "load", "save", "cache_dir", "counts"]
+__all__ = ["enabled", "run_key", "key_or_none", "load", "save", "sweep_stale", "cache_dir", "counts"]
 
-SCHEMA = 1
+SCHEMA = 2  # 2: entries carry checksums.json
+_FILES = ("weights.pt", "run.json")
 _LOOP_MODULES = ["lib.core.train"]
 _COUNTS = {"trained": 0, "read": 0}  # this process's runs (a notebook's kernel): recorded in metrics.json
 _SKIP = {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set"}
@@ -178,29 +182,74 @@ def _entry(key: str) -> Path:
     return cache_dir() / key[:2] / key
 
 
+STALE_SECONDS = 3600  # a temporary entry folder this old was left by a killed process: swept on the next write
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    return {name: checksums.file_digest(folder / name, checksums.STORE_ALGORITHM) for name in _FILES}
+
+
+def _damage(entry: Path) -> str | None:
+    """Why an entry cannot be believed (None when both files have the checksums written with them)."""
+    try:
+        recorded = json.loads((entry / "checksums.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"its checksums.json cannot be read ({type(error).__name__})"
+    if not isinstance(recorded, dict) or recorded.get("algorithm") != checksums.STORE_ALGORITHM:
+        return "its checksums.json names no known algorithm"
+    for name in _FILES:
+        path = entry / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if checksums.file_digest(path, checksums.STORE_ALGORITHM) != recorded.get("files", {}).get(name):
+            return f"{name} does not match its checksum"
+    return None
+
+
 def load(key: str, method: nn.Module) -> dict | None:
-    """The stored result fields, with the stored weights loaded into ``method``; None when absent or unreadable."""
+    """The stored result fields, with the stored weights loaded into ``method``; None when absent or damaged.
+
+    Both files are checked against the checksums written with them before either is read: a flipped byte in the
+    weights or an edited ``run.json`` is retrained (with one warning line), never returned as a result."""
     entry = _entry(key)
     if not entry.exists():
         return None
-    try:
-        fields = json.loads((entry / "run.json").read_text(encoding="utf-8"))
-        state = torch.load(entry / "weights.pt", map_location="cpu", weights_only=True)
-        method.load_state_dict(state)
-        return fields
-    except Exception as error:  # damaged or partial: retrain and replace
-        first_line = (str(error).strip().splitlines() or [""])[0][:160]
-        warnings.warn(f"run cache entry {entry} cannot be read ({type(error).__name__}: {first_line}); "
-                      "retraining the run and replacing the entry", stacklevel=3)
-        return None
+    damage = _damage(entry)
+    if damage is None:
+        try:
+            fields = json.loads((entry / "run.json").read_text(encoding="utf-8"))
+            state = torch.load(entry / "weights.pt", map_location="cpu", weights_only=True)
+            method.load_state_dict(state)
+            return fields
+        except Exception as error:  # noqa: BLE001  (intact bytes that still do not fit the method: retrain)
+            damage = f"it cannot be read ({type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:160]})"
+    warnings.warn(f"run cache entry {entry}: {damage}; retraining the run and replacing the entry", stacklevel=3)
+    return None
+
+
+def sweep_stale(folder: Path, older_than: float = STALE_SECONDS) -> list[Path]:
+    """Remove the temporary entry folders (``.<key>.*.tmp``) that a killed process left in ``folder``."""
+    removed = []
+    now = time.time()
+    for tmp in Path(folder).glob(".*.tmp"):
+        try:
+            if tmp.is_dir() and now - tmp.stat().st_mtime > older_than:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+        except OSError:
+            continue
+    return removed
 
 
 def save(key: str, method: nn.Module, fields: dict) -> None:
-    """Write the entry whole or not at all (:func:`lib.core.atomic.building_dir`)."""
+    """Write the entry whole or not at all (:func:`lib.core.atomic.building_dir`), its checksums last."""
     try:
         with atomic.building_dir(_entry(key)) as tmp:
             state = {k: v.detach().to("cpu") for k, v in method.state_dict().items()}
             torch.save(state, tmp / "weights.pt")
             atomic.write_json(tmp / "run.json", fields)
+            atomic.write_json(tmp / "checksums.json",
+                              {"algorithm": checksums.STORE_ALGORITHM, "files": _checksums(tmp)})
+        sweep_stale(_entry(key).parent)
     except (OSError, ValueError) as error:  # ValueError: a non-finite number, which strict JSON refuses
         print(f"run cache: could not write {_entry(key)} ({error}); the run is not cached", file=sys.stderr)

@@ -158,7 +158,10 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
                 value = row[field_name]
                 if not isinstance(value, str) or not value.strip():
                     raise bad(number, f"{field_name} is {value!r}, not a non-empty string")
-            rows.append((row["image"], row["caption"]))
+            image = row["image"]
+            if image.startswith(("/", "\\")) or ".." in image.replace("\\", "/").split("/") or ":" in image[:3]:
+                raise bad(number, f"image {image!r} is not a path inside {folder}")
+            rows.append((image, row["caption"]))
             if limit and len(rows) >= limit:
                 break
     paths = [folder / image for image, _ in rows]
@@ -179,6 +182,18 @@ def folder_labelled(name: str, per_class: int | None = None, prompts: str = "sen
     folder = _manifest_folder(name, "")
     class_dirs: Sequence[str] = manifest["class_dirs"]
     classnames = manifest["classes"]
+    allowed = set(manifest.get("known_duplicate_classes") or ())  # a published list's own repeats, declared
+    for what, values in (("classes", classnames), ("class_dirs", class_dirs)):
+        repeated = sorted({v for v in values if list(values).count(v) > 1} - (allowed if what == "classes" else set()))
+        if repeated:
+            raise manifests.DatasetMissingError(
+                f"dataset {name!r}: data_manifests/{name}.yaml lists {what} {repeated[0]!r} more than once; two classes "
+                "with one name cannot be told apart by a zero-shot classifier: merge or rename them (or list it under "
+                "known_duplicate_classes if a published list repeats it)")
+    if len(classnames) != len(class_dirs):
+        raise manifests.DatasetMissingError(
+            f"dataset {name!r}: data_manifests/{name}.yaml has {len(classnames)} classes but {len(class_dirs)} "
+            "class_dirs: give one name per folder")
     missing = [d for d in class_dirs if not (folder / d).is_dir()]
     if missing:
         raise manifests.DatasetMissingError(

@@ -4,7 +4,7 @@ Why: a damaged file deep inside a dataset otherwise surfaces as a bare PIL excep
 a path, halfway through a feature pass. Here the error names the file, says why it cannot be read,
 and says what to do (for an extracted corpus, the command that extracts it again). Very large images
 (some clip-art PNGs are hundreds of megapixels, past PIL's decompression-bomb guard) are refused with
-the same kind of message unless a pixel cap says how to shrink them. See notebooks/sharelock.py,
+the same kind of message; a pixel cap shrinks the large ones PIL will open. See notebooks/sharelock.py,
 section "The data".
 """
 from __future__ import annotations
@@ -40,8 +40,11 @@ def open_image(path: str | Path, *, mode: str | None = None, fix: str | None = N
     except FileNotFoundError:
         raise BadImageError(f"{path} does not exist: {remedy}") from None
     except Image.DecompressionBombError as error:
-        raise BadImageError(f"{path} is too large to decode safely ({error}): pass max_pixels to shrink it "
-                            "while reading, or drop the file") from None
+        # PIL refuses such a file inside Image.open, before any draft or thumbnail could shrink it, so
+        # max_pixels cannot help: the file itself must be made smaller, or left out.
+        raise BadImageError(f"{path} is too large to decode safely ({error}): shrink the file itself (e.g. "
+                            f"`convert {path.name} -resize 25% smaller{path.suffix}`) or remove it from the dataset"
+                            ) from None
     except (OSError, SyntaxError, ValueError) as error:
         raise BadImageError(f"{path} is not a readable image ({type(error).__name__}: {error}): {remedy}") from None
     if max_pixels and image.width * image.height > max_pixels:

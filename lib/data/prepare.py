@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Callable
 from lib.core.atomic import write_json
 from lib.core.checksums import file_sha256
 from lib.data import manifests, prepare_sets
+from lib.data.archives import ArchiveError
 from lib.data.prepare_sets import Prepared, PrepareError
 
 __all__ = ["RECORD", "PrepareError", "Prepared", "Staging", "prepare", "check", "target_of", "main"]
@@ -49,22 +49,31 @@ FORMAT = 1
 
 class Staging:
     """The folder a dataset is built in, beside its target: kept when a run fails (the next run resumes), renamed
-    into place by :meth:`commit`. Every file is written atomically (:meth:`write`, :meth:`write_from`)."""
+    into place by :meth:`commit`. Every file is written atomically (:meth:`write`, :meth:`write_from`) and only
+    inside the staging folder (:meth:`inside`)."""
 
     def __init__(self, target: Path) -> None:
         self.target = Path(target)
         self.path = self.target.parent / f".{self.target.name}.preparing"
         self.path.mkdir(parents=True, exist_ok=True)
         self.written = self.kept = 0
+        self.moved_aside: Path | None = None
+
+    def inside(self, rel: str) -> Path:
+        """``rel`` under the staging folder; a path that would leave it (``..``, absolute) is refused."""
+        path = (self.path / rel).resolve()
+        if not path.is_relative_to(self.path.resolve()) or path == self.path.resolve():
+            raise PrepareError(f"refusing to write {rel!r}: it is not a path inside {self.target}")
+        return path
 
     def has(self, rel: str, size: int | None) -> bool:
-        path = self.path / rel
+        path = self.inside(rel)
         return path.is_file() and (size is None or path.stat().st_size == size)
 
     def write(self, rel: str, data: bytes) -> None:
         from lib.core.atomic import write_bytes
 
-        write_bytes(self.path / rel, data)
+        write_bytes(self.inside(rel), data)
         self.written += 1
 
     def write_from(self, rel: str, size: int | None, read: Callable[[], bytes]) -> bool:
@@ -75,15 +84,40 @@ class Staging:
         self.write(rel, read())
         return True
 
-    def commit(self) -> None:
-        """Rename the staging folder to the target (an old target is moved aside first, then removed)."""
+    def commit(self) -> Path | None:
+        """Rename the staging folder to the target. An existing target is never deleted: it is moved aside to
+        ``<target>.replaced-<time>`` beside it (returned, and kept in :attr:`moved_aside`); an empty one is removed."""
         old = None
-        if self.target.exists():
-            old = self.target.parent / f".{self.target.name}.replaced-{os.getpid()}"
+        if self.target.is_dir() and not any(self.target.iterdir()):
+            self.target.rmdir()
+        elif self.target.exists() or self.target.is_symlink():
+            old = _aside(self.target)
             os.replace(self.target, old)
         os.replace(self.path, self.target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        self.moved_aside = old
+        return old
+
+
+def _aside(target: Path) -> Path:
+    """A free name beside ``target`` for its previous contents."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        candidate = target.parent / f"{target.name}.replaced-{stamp}{'' if n == 0 else f'-{n}'}"
+        if not candidate.exists():
+            return candidate
+    raise PrepareError(f"no free name beside {target} to move it aside; clean up {target}.replaced-* first")
+
+
+def foreign_contents(target: Path) -> list[str]:
+    """What is in ``target`` that ``prepare`` did not make: empty when it does not exist, is empty, or holds
+    the record (``.prepared.json``) of an earlier preparation."""
+    if not target.exists() and not target.is_symlink():
+        return []
+    if not target.is_dir():
+        return [target.name]
+    if (target / RECORD).is_file():
+        return []
+    return sorted(p.name for p in target.iterdir())
 
 
 def target_of(dataset: str, to: str | Path | None = None) -> Path:
@@ -141,8 +175,12 @@ def _record_path(folder: Path) -> Path:
 
 
 def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, force: bool = False,
-            options: dict | None = None, skip_checksums: bool = False, say: Callable[[str], None] = print) -> Path:
-    """Prepare ``dataset`` from the downloads in ``source`` into ``to`` (see the module docstring); returns the target."""
+            replace: bool = False, options: dict | None = None, skip_checksums: bool = False,
+            say: Callable[[str], None] = print) -> Path:
+    """Prepare ``dataset`` from the downloads in ``source`` into ``to`` (see the module docstring); returns the target.
+
+    ``to`` must be new, empty, or an earlier preparation's folder: a folder holding anything else is refused unless
+    ``replace``, and then moved aside, never deleted (so is an earlier preparation's folder)."""
     if dataset not in prepare_sets.PREPARERS:
         raise PrepareError(f"no preparer for {dataset!r}: one of {', '.join(prepare_sets.PREPARERS)}")
     source = Path(source).expanduser().resolve()
@@ -152,6 +190,12 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
     if not force and not check(dataset, target):
         say(f"{dataset}: already prepared at {target} ({RECORD} matches); --force prepares it again")
         return target
+    foreign = foreign_contents(target)
+    if foreign and not replace:
+        raise PrepareError(
+            f"--to {target} already holds files that lib.data.prepare did not write (no {RECORD}; e.g. "
+            f"{', '.join(foreign[:3])}): nothing was changed. Point --to at a new or empty folder, or pass --replace "
+            f"to move {target} aside to {target.name}.replaced-<time> beside it first (nothing is deleted)")
     started = time.time()
     say(f"{dataset}: preparing {target} from {source}")
     staging = Staging(target)
@@ -170,7 +214,9 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
         "dropped": {k: {"count": len(v), "examples": sorted(v)[:10]} for k, v in result.dropped.items()},
         "index_sha256": index, "seconds": round(time.time() - started, 1)})
     memo_path.unlink(missing_ok=True)
-    staging.commit()
+    if staging.commit() is not None:
+        say(f"  the previous {target} was moved aside to {staging.moved_aside}: nothing in it was deleted; remove it "
+            "when you no longer need it")
     for reason, items in result.dropped.items():
         say(f"  dropped {len(items):,} ({reason}), e.g. {', '.join(sorted(items)[:3])}")
     say(f"  {', '.join(f'{k}: {v:,}' if isinstance(v, int) else f'{k}: {v}' for k, v in result.counts.items())}")
@@ -195,8 +241,9 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
         return [f"dataset {dataset}: {folder} does not exist{resume}: {command}. Get the files: {how}"]
     record_path = _record_path(folder)
     if not record_path.is_file():
-        return [f"dataset {dataset}: {folder} was not made by lib.data.prepare (no {RECORD}): run `{command}` (with "
-                f"--from {folder} it checks a copy laid out by hand and records it)"]
+        return [f"dataset {dataset}: {folder} was not made by lib.data.prepare (no {RECORD}): run `{command} --replace` "
+                f"(with --from {folder} it checks a copy laid out by hand and builds the layout from it; your folder "
+                f"is moved aside to {folder.name}.replaced-<time>, nothing is deleted)"]
     try:
         record = json.loads(record_path.read_text())
     except ValueError:
@@ -228,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", default=None, help="where the prepared dataset goes (default: the manifest's location, "
                                                    "or <NAME>_DIR)")
     parser.add_argument("--force", action="store_true", help="prepare again even if the target is prepared")
+    parser.add_argument("--replace", action="store_true",
+                        help="--to holds files prepare did not write: move that folder aside (never deleted) and prepare")
     parser.add_argument("--all-images", action="store_true",
                         help="imagenet-plus: extract every image, not only the manifest's capped sample")
     parser.add_argument("--skip-checksums", action="store_true",
@@ -246,9 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.source:
         parser.error(f"--from is required: the folder holding {prepare_sets.READS.get(args.dataset, 'the downloads')}")
     try:
-        prepare(args.dataset, args.source, args.to, force=args.force, options={"all_images": args.all_images},
-                skip_checksums=args.skip_checksums)
-    except (PrepareError, manifests.DatasetMissingError) as error:
+        prepare(args.dataset, args.source, args.to, force=args.force, replace=args.replace,
+                options={"all_images": args.all_images}, skip_checksums=args.skip_checksums)
+    except (PrepareError, ArchiveError, manifests.DatasetMissingError) as error:
         print(f"lib.data.prepare {args.dataset}: {error}", file=sys.stderr)
         return 1
     return 0

@@ -10,6 +10,7 @@ whole path from download to full run: book/scale_out.md.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -19,9 +20,10 @@ import tarfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from lib.data import manifests
+from lib.data.archives import ArchiveError, Entry, entries  # noqa: F401  (re-exported for the preparers)
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 READS = {
@@ -61,14 +63,6 @@ def _prepared() -> Prepared:
 
 
 # ------------------------------------------------------------------------------------------ reading downloads
-@dataclass
-class Entry:
-    name: str  # path inside the archive or folder, with "/"
-    size: int
-    read: Callable[[], bytes]
-    file: Path | None = None  # a file on disk (a folder input): hard-linked instead of copied
-
-
 def find(source: Path, names: list[str], what: str, *, required: bool = True, folder_ok: bool = False) -> Path | None:
     """The first of ``names`` (a file or, with ``folder_ok``, a folder) in ``source`` or one level below."""
     for name in names:
@@ -82,33 +76,17 @@ def find(source: Path, names: list[str], what: str, *, required: bool = True, fo
     return None
 
 
-def entries(path: Path) -> Iterator[Entry]:
-    """Every file of a zip, a tar (any compression, read once in order) or a folder."""
-    if path.is_dir():
-        for root, _, files in os.walk(path):
-            for name in sorted(files):
-                file = Path(root) / name
-                yield Entry(file.relative_to(path).as_posix(), file.stat().st_size, file.read_bytes, file)
-    elif zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if not info.is_dir():
-                    yield Entry(info.filename, info.file_size, lambda info=info: archive.read(info))
-    else:
-        with tarfile.open(path, "r|*") as archive:
-            for member in archive:
-                if member.isfile():
-                    yield Entry(member.name.lstrip("./"), member.size,
-                                lambda member=member: archive.extractfile(member).read())
-
-
 def _put(staging, rel: str, entry: Entry, check: Callable[[bytes], None] | None = None) -> None:
     """``entry`` at ``rel`` in the staging folder: a hard link for a file on disk, else its bytes (checked first)."""
     if staging.has(rel, entry.size):
         staging.kept += 1
         return
-    if entry.file is not None and check is None:
-        dest = staging.path / rel
+    if check is None and _is_image(rel):  # every image decodes whole before it is prepared, or prepare stops
+        check = functools.partial(_must_decode, where=entry.file or entry.name)
+    if entry.file is not None:
+        if check is not None:
+            check(entry.read())
+        dest = staging.inside(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.link")
         tmp.unlink(missing_ok=True)
@@ -126,14 +104,25 @@ def _put(staging, rel: str, entry: Entry, check: Callable[[bytes], None] | None 
 
 
 def decodes(data: bytes) -> None:
-    """Raise ValueError unless ``data`` opens as an image (header and structure; PIL's verify)."""
+    """Raise ValueError unless ``data`` decodes whole as an image.
+
+    Why whole: PIL's ``verify()`` reads the header and structure only, so a truncated JPEG passes it and fails
+    later, at feature time, with advice (prepare again) that would put the same file back."""
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as image:
-            image.verify()
+            image.load()
     except Exception as error:  # noqa: BLE001 - PIL raises many kinds
         raise ValueError(f"{type(error).__name__}: {error}") from None
+
+
+def _must_decode(data: bytes, where) -> None:
+    try:
+        decodes(data)
+    except ValueError as error:
+        _fail(f"{where} does not decode as an image ({error}): the download is damaged; get it again (a file that "
+              "does not decode is never prepared, so preparing again from the same copy stops here too)")
 
 
 def _is_image(name: str) -> bool:

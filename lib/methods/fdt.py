@@ -215,7 +215,9 @@ class FDTHead(nn.Module):
         r, index = relevance(projector(seq), self.codebook, mask, padding=self.padding, scale=self.scale)
         r = r.float()
         weights = code_weights(r, self.weighting)
-        return CodeWeights(weights, r, index, F.normalize(weights @ self.codebook, dim=-1))
+        # The weights are float32 (code_weights); the embedding is in the codebook's own dtype, so a float64 or a
+        # bfloat16 head works without autocast (under autocast the product is cast as every other one).
+        return CodeWeights(weights, r, index, F.normalize(weights.to(self.codebook.dtype) @ self.codebook, dim=-1))
 
     def encode_image(self, seq: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """L2-normalised FDT embeddings ``(B, code_dim)`` of patch sequences."""
