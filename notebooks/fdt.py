@@ -511,7 +511,7 @@ deviations
 #
 # | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small / medium config |
 # |---|---|---|---|
-# | encoders | ViT-B/32 image + 12-layer text transformer, **trained from scratch** | same | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states |
+# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states |
 # | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
 # | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs |
 # | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | small: 256 × 64; medium: 512 × 64 (CPU); full config: 16,384 × 512 |
@@ -519,7 +519,7 @@ deviations
 # | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | ⟨q, c⟩ / √d / (1000 × K / 16,384): 15.625 (small), 31.25 (medium); 1000 as a variant |
 # | temperature decay | — | configured, weight 1: never decays | constant |
 # | padding | excluded (max over tokens) | logits × 0: padding joins the max at 0 | excluded; × 0 as a variant |
-# | logit scale | learnable τ, no value or clamp given | log scale clamped to [3, 6], scale capped at 100 | same clamp and cap |
+# | logit scale | τ, "the temperature hyper-parameter" (Eq. 11): no value, not said to be learned | a **learnable** scale, its log clamped to [3, 6], capped at 100 | the code's learnable clamped scale |
 # | loss | sum of the two InfoNCE directions (Eq. 11) | their average | their average |
 # | optimiser | AdamW, wd 0.1; lr warmed up to 0.001, cosine to 0 | wd 0 on norms, biases, logit scale; lr 1e-4 → 1e-3 over 2,500 steps, then cosine | same groups and betas; lr 0 → 1e-3 over 10 steps, ≤ 100 steps at batch 128 (small); over 100 steps, ≤ 2,000 at batch 256, early stopping every 50 (medium; once an epoch on the curve's subsets) |
 # | zero-shot average, 9 datasets, 15M pairs (Table 2) | CLIP 41.3 → CLIP+FDT 45.9 | — | not comparable (below) |
@@ -541,7 +541,7 @@ deviations
 # %%
 print(RULE)
 claims = fdt_medium.diagnose(fdt.claims(cfg, bench, runs), runs, curve, f"{headline}/acc1")
-verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
+verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,
                           "this run": c.evidence, "verdict": c.verdict, "diagnosis (measured)": c.diagnosis or ""}
                          for c in claims])
 with pd.option_context("display.max_colwidth", None):
@@ -621,7 +621,7 @@ notebook.glue("zero_padding_same", "(the zero-padding variant is run in the smal
               "and accuracy on the first seed, so τ was positive for every caption it met" if same else "the zero-padding "
               "head's metrics differ from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})" for c in claims]
+box += [f"- {c.finding()}" for c in claims]
 box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official temperature keeps "
         f"{100 * findings['init_active_fraction_paper_size']:.0f} % of its codes on per item (this chapter's features; "
         f"{100 * findings['init_active_fraction_paper_size_random_inputs']:.0f} % on random inputs of the official widths), "

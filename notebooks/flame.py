@@ -247,7 +247,7 @@ print(found.summary())
 # With the LLM frozen and no text head, all the training happens on the image side. In the paper a
 # ViT-B/16 is trained from scratch and a 2-layer MLP maps it to the LLM's width; here the image tower
 # is the frozen, cached EfficientNet feature and only the MLP trains (`lib.methods.flame.FlameProjector`:
-# `Linear → GELU → Linear → LayerNorm`, L2-normalised; hidden width 1,024 instead of the official 4,096
+# `Linear → GELU → Linear → LayerNorm`, L2-normalised; hidden width 1,024 instead of the official max(LLM width, 4,096) (5,120 for Mistral-Nemo)
 # in the small config).
 #
 # **Paper, Eq. 1**: one CLIP InfoNCE per facet, summed, a learnable temperature starting at 0.07
@@ -631,7 +631,7 @@ if len(coincidences):
 # clearly; inconclusive: within the seed spread).
 
 # %%
-verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
+verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,
                           "this run": c.evidence, "verdict": c.verdict} for c in claims])
 with pd.option_context("display.max_colwidth", None):
     display(verdicts.style.hide(axis="index"))
@@ -698,8 +698,7 @@ else:
                  "medium_curve_sizes", "medium_story"):
         notebook.glue(name, "(medium config only)", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}, {c.reference})"
-        + (f"; measured: {c.diagnosis}" if c.diagnosis else "") for c in claims]
+box += [f"- {c.finding()}" for c in claims]
 if locales:
     above = versus(runs.values("labels:other/acc1", **flame.main_setting(cfg)), chance["zero-shot"])
     box += [f"- FLAME with the {', '.join(locales[1:])} labels against chance: "
@@ -740,7 +739,7 @@ print(f"benchmarked speed-up over K separate passes > 2x: {min(r['speedup_vs_sep
 # * `lib.core.facets.FacetEncoder.encode(method=...)` and `bench/facets.py`: time decoupled attention
 #   against K passes on your hardware.
 # * `lib.methods.flame.Flame(loss="mp_sigmoid", positives=...)`: the official loss with a random subset of
-#   positives per image; `lib.methods.flame.FlameProjector(hidden_dim=None)` for the official 4,096 width.
+#   positives per image; `lib.methods.flame.FlameProjector(hidden_dim=None)` for the official width, max(LLM width, 4,096) (5,120 for Mistral-Nemo).
 # * `lib.core.train.fit`, `lib.core.evaluate.zero_shot` and `lib.core.evaluate.retrieval` work with any of
 #   these methods; `lib.data.emoji.locale_labels` gives the labels in 12 locales.
 

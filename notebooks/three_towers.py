@@ -20,7 +20,7 @@
 # **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
 #
 # - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
-# - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains on JFT/WebLI for TPU-weeks)
+# - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains its towers contrastively on WebLI for TPU-weeks)
 # - **data:** CC3M-LLaVA pairs and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the third tower's features take about 1.3 GB in the store
 #
 # ```bash
@@ -60,8 +60,9 @@
 # The chapter has three configs. **small** (the default; what CI runs) trains on 2,670 emoji drawings
 # on 2 CPU cores in minutes; **medium** (what this page shows) pools 11,416 training drawings of four offline
 # sources (Openclipart, OpenMoji, Fluent UI emoji, game-icons) and tests on 1,540 unseen concepts and on
-# Tux Paint's photo-like stamps, on a CPU in about half an hour. The paper trains on billions of JFT/WebLI
-# pairs, which changes what can be expected (see "What the comparisons say"). **full** is paper-like, not
+# Tux Paint's photo-like stamps, on a CPU in about half an hour. The paper trains its towers contrastively on
+# billions of WebLI pairs (JFT-3B, ImageNet-21k and Places365 are what its frozen third towers were pretrained on),
+# which changes what can be expected (see "What the comparisons say"). **full** is paper-like, not
 # the paper's: JFT-3B, WebLI and the paper's IN-21k/JFT-pretrained ViTs are not public, so it trains the
 # towers on the public CC3M-LLaVA pairs with a frozen DINOv2-L as the third tower and tests on ImageNet-1k
 # (`papermill notebooks/three_towers.ipynb out.ipynb -p config medium|full`). This page: {glue:md}`shown_run`.
@@ -506,13 +507,13 @@ for claim in claims:
 #
 # |  | paper (Kossen et al. 2023) | this book, small | this book, medium | this book, full |
 # |---|---|---|---|---|
-# | image tower $f$ | ViT (B/32 to g/14) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
+# | image tower $f$ | ViT (S/32, B/32, L/16, g/14; §4.3) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
 # | text tower $g$ | transformer from scratch | bag of word pieces + MLP, width 128 | same, width 256 | 12-layer transformer |
 # | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | EfficientNet-Lite0 (ImageNet-1k), cached features | same | DINOv2-L (self-supervised), cached features |
 # | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | same | same | same |
 # | loss | Eq. 4, one learned temperature | same, init τ = 0.07, scale clamped at 100 | same | same |
 # | leave-one-out | half the sum of the two remaining terms (A.11) | same | same | same |
-# | data | JFT-3B / WebLI, 5B examples seen at batch 14,336 | 2,670 emoji drawings, 200 steps at batch 256 | 10,845 drawings of 4 sources (571 more held out for validation), up to 1,200 steps at batch 256 | CC3M-LLaVA (563k pairs), 20k steps at batch 4,096 |
+# | data | WebLI image–text pairs (the contrastive data), 5B examples seen at batch 14,336; JFT-3B, IN-21k or Places365 only pretrained the third tower | 2,670 emoji drawings, 200 steps at batch 256 | 10,845 drawings of 4 sources (571 more held out for validation), up to 1,200 steps at batch 256 | CC3M-LLaVA (563k pairs), 20k steps at batch 4,096 |
 # | stopping | a fixed number of examples seen | fixed budget, final weights | lowest loss on held-out training pairs (every 50 steps, patience 4) | fixed budget |
 # | optimiser | Adafactor, lr 0.001, 10k warm-up steps, cosine, weight decay 0.001 | AdamW, lr 0.002, cosine | same | AdamW, lr 0.001, cosine |
 # | LiT baseline | the locked pretrained tower | cached features + one trainable linear map | same | same |
@@ -532,7 +533,7 @@ for claim in claims:
 # clearly; inconclusive: within the seed spread).
 
 # %%
-verdicts = pd.DataFrame([{"claim": c.statement, "paper": f"{c.paper_value} ({c.reference})",
+verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,
                           "this run": c.evidence, "verdict": c.verdict, "what the curve says": c.diagnosis or ""}
                          for c in claims])
 with pd.option_context("display.max_colwidth", None):
@@ -587,7 +588,7 @@ extra_runs = sum(r["train_pairs"] < len(data.train["pixels"]) for r in curve) if
 notebook.glue("shown_run", f"the **{config}** config, {len(runs) + len(ablation_runs) - min(len(ablation_runs), 1) + len(diagnosis) + extra_runs} "
               f"training runs, {notebook.runtime(started)}", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- **{c.verdict}**: {c.statement} — {c.evidence} (paper: {c.paper_value}; {c.reference})" for c in claims]
+box += [f"- {c.finding()}" for c in claims]
 if fashion:
     box.append(f"- Fashion-MNIST photos (chance {fashion[0]['chance %']} %): " + "; ".join(
         f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion))

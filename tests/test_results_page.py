@@ -125,3 +125,20 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     assert "Of 3 claims, **1 keep their verdict**, 1 move between a verdict and *inconclusive*, and 1 turn" in section
     assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_claim_says_whether_the_paper_or_the_book_makes_it(chapter):
+    """A paper claim cites a table, figure or section that book/papers.yaml quotes for that chapter, and carries the
+    paper's number; a book claim (the book's own question) carries no paper number, so no reader sets one beside it."""
+    quoted = json.dumps(PAPERS[chapter], ensure_ascii=False)
+    for claim in results_page.load_metrics(chapter)["claims"]:
+        assert claim.get("origin") in ("paper", "book"), f"{chapter}: {claim['id']} says neither paper nor book"
+        if claim["origin"] == "book":
+            assert not claim.get("paper_value"), f"{chapter}: the book's question {claim['id']} carries a paper number"
+            continue
+        cited = re.findall(r"Table \w+|Figure \d+|§[\d.]+|abstract", claim["reference"])
+        assert cited, f"{chapter}: paper claim {claim['id']} cites no table, figure or section ({claim['reference']!r})"
+        assert any(c in quoted for c in cited), (
+            f"{chapter}: paper claim {claim['id']} cites {cited}, none of which book/papers.yaml quotes for {chapter}")
+        assert claim.get("paper_value"), f"{chapter}: paper claim {claim['id']} has no paper number beside it"

@@ -105,10 +105,13 @@ def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
     return rows
 
 
-def claim_rows(metrics: dict) -> list[list[str]]:
-    """One row per claim the chapter tested: the paper's claim and number, this run's evidence, the verdict."""
+def claim_rows(metrics: dict, origin: str = "paper") -> list[list[str]]:
+    """One row per claim the chapter tested from ``origin`` (``paper``: the paper's claims, with its number; ``book``:
+    the book's own questions): the claim, the reference, this run's evidence, the verdict."""
     rows = []
     for claim in metrics.get("claims", []):
+        if claim.get("origin", "paper") != origin:
+            continue
         paper = f"{claim['paper_value']} ({claim['reference']})" if claim.get("paper_value") else claim["reference"]
         evidence = claim["evidence"] + (f" Diagnosis: {claim['diagnosis']}" if claim.get("diagnosis") else "")
         rows.append([claim["statement"], paper, evidence, VERDICT_MARK[claim["verdict"]]])
@@ -210,6 +213,12 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         if claims:
             lines += ["| the paper's claim | paper | this book | verdict |", "|---|---|---|---|"]
             lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in claims]
+            lines.append("")
+        own = claim_rows(metrics, "book")
+        if own:
+            lines += ["The book's own questions (claims the paper does not make; no paper number belongs beside them):",
+                      "", "| the book's question | where the paper stands | this book | verdict |", "|---|---|---|---|"]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in own]
             lines.append("")
         header = ["paper's setting", "paper", *(["full config, this book"] if has_full else []),
                   "offline analogue", "this book", "what the analogue shows"]

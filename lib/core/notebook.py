@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["setup", "glue", "runtime", "percent_axis", "chance_line", "FIGURE_DPI", "OFFLINE_CONFIGS"]
+__all__ = ["setup", "glue", "runtime", "percent_axis", "chance_line", "show_source", "source_text",
+           "FIGURE_DPI", "OFFLINE_CONFIGS"]
 
 FIGURE_DPI = 150  # inline figures are rendered at this resolution (and twice it on high-density screens)
 OFFLINE_CONFIGS = ("small", "medium")
@@ -98,3 +99,32 @@ def runtime(started: float) -> str:
     if done["read"]:
         said += f" ({done['read']} of its {done['read'] + done['trained']} training runs read from the run cache)"
     return said
+
+
+def source_text(obj, *, docstrings: bool = False) -> str:
+    """The real source of a ``lib`` class or function as the library holds it, without its docstrings (the page's
+    prose says what they say); read with ``inspect`` and ``ast``, so it cannot drift from the code it shows."""
+    import ast
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(obj))
+    if docstrings:
+        return source
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    drop: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            drop |= set(range(body[0].lineno - 1, body[0].end_lineno))
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop).rstrip() + "\n"
+
+
+def show_source(obj, *, docstrings: bool = False):
+    """Display :func:`source_text` of ``obj`` as a highlighted Python block, titled with where it lives."""
+    from IPython.display import Markdown
+
+    where = f"{obj.__module__}.{obj.__qualname__}"
+    return Markdown(f"`{where}`\n\n```python\n{source_text(obj, docstrings=docstrings)}```")

@@ -158,6 +158,10 @@ class Claim:
     predicts (``"a"``, or ``"tie"`` for a claim that two things are equal). ``paper_value`` is the paper's
     own number(s) in words, with ``reference`` the table or section. ``diagnosis``: for a claim not
     reproduced, what the chapter measured about why (a data-size curve, an ablation).
+
+    ``origin``: ``"paper"`` for a claim the paper makes (its ``reference`` names the table or section, which
+    book/papers.yaml quotes), ``"book"`` for a question the book asks on its own (an ablation the paper does not
+    run, a frozen-feature analogue the paper does not claim); the results page keeps the two apart.
     """
 
     id: str
@@ -170,6 +174,11 @@ class Claim:
     diagnosis: str | None = None
     scale: float = 100.0
     unit: str = " %"
+    origin: Literal["paper", "book"] = "paper"
+
+    def __post_init__(self) -> None:
+        if self.origin not in ("paper", "book"):
+            raise ValueError(f"claim {self.id}: origin must be 'paper' or 'book', got {self.origin!r}")
 
     @property
     def verdict(self) -> str:
@@ -184,11 +193,26 @@ class Claim:
     def evidence(self) -> str:
         return self.comparison.says(*self.names, scale=self.scale, unit=self.unit)
 
+    @property
+    def paper_column(self) -> str:
+        """What a table's "paper" column shows: the paper's number and where it is printed, or, for the book's own
+        question, where the paper stands (no number)."""
+        return f"{self.paper_value} ({self.reference})" if self.paper_value else self.reference
+
+    def finding(self) -> str:
+        """One line of a chapter's key findings: the verdict, the claim, the evidence, and the paper's number
+        (a paper claim) or the label of the book's own question."""
+        if self.origin == "book":
+            line = f"**{self.verdict}** (the book's own question): {self.statement} — {self.evidence}"
+        else:
+            line = f"**{self.verdict}**: {self.statement} — {self.evidence} (paper: {self.paper_value}; {self.reference})"
+        return line + (f"; measured: {self.diagnosis}" if self.diagnosis else "")
+
     def as_dict(self) -> dict:
         return {"id": self.id, "statement": self.statement, "reference": self.reference,
                 "paper_value": self.paper_value, "verdict": self.verdict, "evidence": self.evidence,
                 "comparison": self.comparison.as_dict(), "names": list(self.names), "expected": self.expected,
-                "diagnosis": self.diagnosis}
+                "diagnosis": self.diagnosis, "origin": self.origin}
 
 
 class Runs:
