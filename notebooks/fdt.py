@@ -424,7 +424,7 @@ check_set = next((s for s in zero_sets if s.name == bench.val.name), zero_sets[0
 checks = fdt_medium.above_chance(runs, check_set, dict.fromkeys(runs.frame()["head"]))
 display(pd.DataFrame([{"head": h, "set": check_set.name, "classes": len(check_set.classnames),
                        "top-1 %": c.a.text(), "chance %": f"{100 / len(check_set.classnames):.2f}",
-                       "clearly above chance": {"a": "yes", "b": "no", "tie": "no"}.get(c.outcome, "one seed: "
+                       "clearly above chance": {"a": "yes", "b": "no", "tie": "no", "unclear": "no"}.get(c.outcome, "one seed: "
                                                 + ("yes" if c.a.mean > 5 / len(check_set.classnames) else "no"))}
                       for h, c in checks.items()]).set_index("head"))
 print(f"stuck runs (best step = first evaluation): {len(stuck)} of "

@@ -310,7 +310,7 @@ notebook.show_source(LiT)
 
 # %%
 lit_results = {}
-for seed in (cfg.seeds if cfg.lit is not None and not quick else []):
+for seed in (cfg.seeds if cfg.lit.enabled and not quick else []):
     row, lit_results[seed], _ = sharelock.train_lit(cfg, bench, feats, vision_main, seed)
     runs.add(row)
 if lit_results:
@@ -346,7 +346,8 @@ pd.Series({name: f"{100 * p:.2f} %" for name, p in chance.items()}, name="chance
 #
 # The figure shows unseen-concept accuracy for every text model × vision model × head, with the seed
 # spread as error bars. Read it against the paper's claims rather than its numbers: the language models
-# here are 15–60× smaller than Llama-3-8B, and the corpus is 1,300 (small) or 11,400 (medium) drawings,
+# here are 16–59× smaller than Llama-3-8B (decoders: Qwen2.5-Coder-0.5B to SmolLM2-135M), and the corpus is
+# 1,300 (small) or 11,400 (medium) drawings,
 # not 563k photos.
 # "Clearly ahead" has one meaning in the whole book:
 

@@ -64,7 +64,8 @@
 #
 # **What you will learn:** how a zero-shot benchmark keeps unseen classes out of training; how a class
 # represented by many texts is trained and scored; whether decoders beat encoders, richer texts beat class
-# names and better language models align better when the models are 30 to 60 times smaller than the paper's;
+# names and better language models align better when the decoders are 16 to 59 times smaller than the paper's
+# Llama-3-8B (Qwen2.5-Coder-0.5B to SmolLM2-135M);
 # and what reading an encoder at its CLS token instead of its mean costs.
 #
 # ```{glue:md} key_findings

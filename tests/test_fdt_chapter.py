@@ -257,7 +257,8 @@ def test_claims_follow_the_one_rule():
     for seed in range(3):
         runs.add(head="FDT", seed=seed, **{"set/acc1": 0.30 + 0.01 * seed, "weights_as_features/acc1": 0.20 + 0.01 * seed})
         runs.add(head="pooled", seed=seed, **{"set/acc1": 0.10 + 0.01 * seed})
-        runs.add(head="softmax", seed=seed, **{"set/acc1": 0.29 + 0.01 * seed, "weights_as_features/acc1": 0.05 + 0.01 * seed})
+        runs.add(head="softmax", seed=seed, **{"set/acc1": (0.31, 0.29, 0.33)[seed],  # per-seed gaps of both signs
+                                               "weights_as_features/acc1": 0.05 + 0.01 * seed})
     verdicts = {c.id: c.verdict for c in fdt.claims(cfg, bench, runs)}
     assert verdicts == {"fdt_beats_pooled": "reproduced", "sparsemax_beats_softmax_as_features": "reproduced",
                         "sparsemax_beats_softmax": "inconclusive", "fdt_above_chance": "reproduced"}

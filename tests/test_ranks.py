@@ -27,8 +27,11 @@ def test_rank_comparison_needs_significance_and_every_seed_on_its_side():
 
     rising = rank_comparison([0.9, 1.0, 0.9], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5])
     assert rising.outcome == "a" and rising.p == pytest.approx(1 / 120)
-    assert rank_comparison([0.9, -0.1, 0.9], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]).outcome == "tie"  # a seed disagrees
-    assert rank_comparison([1.0, 1.0, 1.0], [1, 2, 3], [1, 2, 3]).outcome == "tie"  # 3 models: p >= 1/6
+    assert rank_comparison([0.9, -0.1, 0.9], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]).outcome == "unclear"  # a seed disagrees
+    three = rank_comparison([1.0, 1.0, 1.0], [1, 2, 3], [1, 2, 3])
+    assert three.outcome == "unclear"  # 3 models: p >= 1/6, and the sentence says why no verdict was possible
+    assert "the smallest possible p is 1/6" in three.says("rho", "none")
+    assert Claim("c", "s", "r", three, ("rho", "none"), scale=1.0, unit="").verdict == "inconclusive"
     falling = rank_comparison([-1.0, -1.0], [1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
     claim = Claim("c", "s", "r", falling, ("rho", "none"), scale=1.0, unit="")
     assert claim.verdict == "not reproduced" and "a clear negative rank correlation" in claim.evidence

@@ -81,7 +81,7 @@ def test_the_chapter_as_run_now_still_writes_every_metric_the_page_needs(chapter
             results_page.fmt(value, analogue.get("percent", False))  # a finite number
 
 
-def test_the_page_shows_one_panel_per_chapter_with_every_claim(tmp_path):
+def test_the_figure_shows_every_two_method_claim_as_a_difference_with_its_interval(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,10 +89,19 @@ def test_the_page_shows_one_panel_per_chapter_with_every_claim(tmp_path):
 
     path = results_page.figure(path=tmp_path / "results.png")
     width, height = Image.open(path).size
-    n_claims = sum(len(results_page.load_metrics(c).get("claims", [])) for c in CHAPTERS)
-    assert width >= 1000 and height > 60 * n_claims  # 150 dpi; two bars per claim
-    assert "figures/results-small-config.png" in results_page.PAGE.read_text(encoding="utf-8")
-    assert results_page.FIGURE.is_file()
+    rows = [c for ch in CHAPTERS for c in results_page.load_metrics(ch).get("claims", [])
+            if "rho" not in c["comparison"] and c["names"][1] != "chance" and c["comparison"].get("low") is not None]
+    assert rows and width >= 1000 and height > 50 * len(rows)  # 150 dpi; one row per claim
+    page = results_page.PAGE.read_text(encoding="utf-8")
+    assert "figures/claims-differences-with-intervals.png" in page and results_page.FIGURE.is_file()
+
+
+def test_the_page_opens_with_the_verdict_counts_and_one_line_per_paper():
+    page = results_page.PAGE.read_text(encoding="utf-8")
+    first_screen = page.split("\n## ")[0]
+    assert re.search(r"\*\*Of the papers' \d+ claims tested offline: ", first_screen)
+    for chapter in CHAPTERS:
+        assert f"- **{PAPERS[chapter]['title']}**: " in first_screen
 
 
 REFERENCE = re.compile(r"\b(Tables?|Figure|Fig\.|Section|Appendix|abstract)\b|§\s?\d|\bA\.\d")
@@ -122,7 +131,7 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     rows = results_page.stability_rows(papers, ["a"], now, before)
     assert [(r[1], r[-1]) for r in rows] == [("claim x", "same"), ("claim y", "changed"), ("claim z", "**opposite**")]
     section = "\n".join(results_page.stability_section(papers, ["a"], now, before))
-    assert "Of 3 claims, **1 keep their verdict**, 1 move between a verdict and *inconclusive*, and 1 turn" in section
+    assert "Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, and 1 turn" in section
     assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
 

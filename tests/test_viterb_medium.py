@@ -94,9 +94,15 @@ def test_rank_correlation_reads_every_seed():
     down = viterb.rank_correlation(runs, {"dec-s": 3, "dec-m": 2, "enc-l": 1}, study="main")
     assert down["rho"] == pytest.approx(-1.0)
     cfg = viterb.load_config("medium")
-    # three models: even a perfect ordering on every seed is one of 3! = 6 orderings (p = 1/6), never clear
-    three = {c.id: c for c in viterb.claims(cfg, runs, {}, params={"dec-s": 1, "dec-m": 2, "enc-l": 3})}
+    # the size question is asked within the decoders: the encoder is left out, and two decoders are too few
+    two = {c.id for c in viterb.claims(cfg, runs, {}, params={"dec-s": 1, "dec-m": 2, "enc-l": 3})}
+    assert "size_predicts_alignment" not in two
+    # three decoders: even a perfect ordering on every seed is one of 3! = 6 orderings (p = 1/6), never clear
+    runs = _runs({"dec-s": [0.1, 0.11, 0.1], "dec-m": [0.2, 0.19, 0.21], "dec-l": [0.3, 0.31, 0.29],
+                  "enc-l": [0.3, 0.31, 0.29]})
+    three = {c.id: c for c in viterb.claims(cfg, runs, {}, params={"dec-s": 1, "dec-m": 2, "dec-l": 3, "enc-l": 4})}
     assert three["size_predicts_alignment"].verdict == "inconclusive"
+    assert three["size_predicts_alignment"].origin == "book" and "3 decoders" in three["size_predicts_alignment"].evidence
     assert "p = 0.167" in three["size_predicts_alignment"].evidence
     five = _runs({f"dec-{i}": [0.1 * i, 0.1 * i + 0.01, 0.1 * i - 0.01] for i in range(1, 6)})
     sizes = {f"dec-{i}": 1e6 * i for i in range(1, 6)}

@@ -34,7 +34,7 @@ PAPERS = ROOT / "book" / "papers.yaml"
 METRICS = ROOT / "book" / "metrics"
 REFERENCE_RUN = METRICS / "float32"  # the float32 run of the same configs (module docstring)
 PAGE = ROOT / "book" / "results.md"
-FIGURE = ROOT / "book" / "figures" / "results-small-config.png"
+FIGURE = ROOT / "book" / "figures" / "claims-differences-with-intervals.png"
 
 
 class MissingMetric(KeyError):
@@ -84,7 +84,30 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-VERDICT_MARK = {"reproduced": "✓ reproduced", "not reproduced": "✗ not reproduced", "inconclusive": "? inconclusive"}
+VERDICT_MARK = {"reproduced": "✓ reproduced", "not reproduced": "✗ not reproduced",
+                "no effect at this scale": "= no effect at this scale", "inconclusive": "? inconclusive"}
+VERDICT_COLOUR = {"reproduced": "#2a9d8f", "not reproduced": "#e76f51", "no effect at this scale": "#e9c46a",
+                  "inconclusive": "#8d99ae"}
+
+
+def _counts(claims: list[dict]) -> str:
+    """``"2 reproduced, 1 not reproduced, 3 inconclusive"`` (verdicts with no claim left out)."""
+    found = [f"{sum(c['verdict'] == v for c in claims)} {v}" for v in VERDICT_MARK if any(c["verdict"] == v for c in claims)]
+    return ", ".join(found) or "none tested"
+
+
+def summary_lines(papers: dict, chapters: list[str], metrics_dir: Path) -> list[str]:
+    """The page's first screen: the verdict counts over every chapter, then one line per paper."""
+    every = {c: load_metrics(c, metrics_dir).get("claims", []) for c in chapters}
+    paper = [x for c in chapters for x in every[c] if x.get("origin", "paper") == "paper"]
+    book = [x for c in chapters for x in every[c] if x.get("origin") == "book"]
+    lines = [f"**Of the papers' {len(paper)} claims tested offline: {_counts(paper)}.** The book's own "
+             f"{len(book)} questions: {_counts(book)}.", ""]
+    for chapter in chapters:
+        own = [x for x in every[chapter] if x.get("origin", "paper") == "paper"]
+        lines.append(f"- **{papers[chapter]['title']}**: {_counts(own)}"
+                     + "".join(f"; {x['names'][0]} vs {x['names'][1]}: {x['verdict']}" for x in own) + ".")
+    return lines + [""]
 
 
 def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
@@ -153,9 +176,11 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
         f"The `medium` configs compute in `dtype: auto` and `precision: auto`, {here}. The same configs ran the day",
         "before in float32 throughout (the chapters' metrics of that run are kept in `book/metrics/float32/`). Same",
         "data, seeds and rule; only the arithmetic differs, which moves every number by a little. A verdict that",
-        "changes with it sits at the edge of the rule's margin and should be read as fragile.",
-        f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} move between a verdict "
-        f"and *inconclusive*, and {counts['**opposite**']} turn to the opposite verdict.",
+        "changes with it sits at the edge of what the runs can decide and should be read as fragile. The float32",
+        "run was judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed spread); until it",
+        "is re-run under the paired rule, this table compares two rules as well as two arithmetics.",
+        f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} change between a "
+        f"verdict and another that is not its opposite, and {counts['**opposite**']} turn to the opposite verdict.",
         "",
         "| chapter | the paper's claim | float32 run | this run | |",
         "|---|---|---|---|---|",
@@ -176,21 +201,21 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         "",
         "# Results: the papers' claims, tested",
         "",
-        "Each chapter tests the claims of its paper that its runs can test, and gives each a verdict by one",
-        f"rule: {RULE} A claim is **reproduced** when the comparison shows the paper's direction clearly,",
-        "**not reproduced** when it clearly shows the opposite, and **inconclusive** when the difference lies",
-        "within the seed spread. The numbers are those of the executed chapters of this book (their",
+        *summary_lines(papers, chapters, metrics_dir),
+        f"One rule decides every verdict: {RULE} The numbers are those of the executed chapters of this book (their",
         "`metrics.json`); they come from the chapters' offline configs, with other data and models 10³–10⁴",
         "times smaller than the papers', so compare directions, not sizes. Each section then puts the paper's",
-        "headline numbers, with the table they are printed in, beside the offline analogue of each.",
+        "headline numbers, with the table they are printed in, beside the offline analogue of each; the book's own",
+        "questions (claims the papers do not make) are listed apart.",
         "",
-        "```{figure} figures/results-small-config.png",
-        ":name: fig-results-small-config",
-        ":alt: one panel per chapter; in each, every claim's two compared values as bars with seed error bars",
+        "```{figure} figures/claims-differences-with-intervals.png",
+        ":name: fig-claims-differences",
+        ":alt: one row per claim: the difference A minus B in points with its 95 % interval, the zero line, and the paper's effect applied here",
         "",
-        "One panel per chapter: for every claim, the two values it compares (mean over seeds, error bars: one",
-        "standard deviation), with the verdict in the label. The dotted line is the chance level of the",
-        "chapter's main test set.",
+        "Every claim that compares two methods: the difference A − B in points (dot) with its 95 % interval over",
+        "paired seeds (bar), coloured by verdict. The shaded band is ± the paper's own relative effect applied to",
+        "this book's baseline: an interval inside it is *no effect at this scale*. Rank correlations and claims",
+        "against chance are in the tables below.",
         "```",
         "",
     ]
@@ -230,49 +255,47 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
 
 
 def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path = FIGURE) -> Path:
-    """Small multiples: one panel per chapter, every claim's two compared values with seed error bars."""
+    """One dot-and-interval row per two-method claim: A − B in points with its 95 % interval, the zero line, the
+    band of ± the paper's effect applied here, the verdict as the colour (with a legend), the claim in words."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    from matplotlib.patches import Patch
 
     papers = load_papers() if papers is None else papers
-    chapters = toc_chapters()
-    sns.set_theme(style="whitegrid", context="notebook")
-    bars = [max(2, 2 * len(load_metrics(c, metrics_dir).get("claims", []))) for c in chapters]
-    fig, axes = plt.subplots(len(chapters), 1, figsize=(8, sum(0.8 + 0.28 * b for b in bars)), squeeze=False,
-                             gridspec_kw={"height_ratios": [0.8 + 0.28 * b for b in bars]})
-    for axis, chapter in zip(axes[:, 0], chapters):
-        metrics = load_metrics(chapter, metrics_dir)
-        labels, means, errors, colours = [], [], [], []
-        for claim in metrics.get("claims", []):
-            comparison = claim["comparison"]
-            for side, name in (("a", claim["names"][0]), ("b", claim["names"][1])):
-                mean, sd = comparison[side]["mean"], comparison[side]["sd"]
-                if mean is None:
-                    continue
-                labels.append(f"{name}  [{claim['id']}]" if side == "a" else f"{name}")
-                means.append(100 * mean)
-                errors.append(100 * sd if sd else 0.0)
-                colours.append({"reproduced": "#2a9d8f", "not reproduced": "#e76f51"}.get(claim["verdict"], "#8d99ae")
-                               if side == "a" else "#bfc7d5")
-        if labels:
-            y = range(len(labels))
-            axis.barh(list(y), means, xerr=errors, color=colours, capsize=3)
-            axis.set_yticks(list(y), labels, fontsize=9)
-            axis.invert_yaxis()
-        chance = next((v for k, v in (metrics.get("findings") or {}).items() if k.startswith("chance") and v), None)
-        if chance:
-            axis.axvline(100 * chance, color="black", ls=":", lw=1.2)
-        title = papers[chapter]["title"]
-        marks = ", ".join(f"{c['id']}: {c['verdict']}" for c in metrics.get("claims", []))
-        axis.set_title(f"{title} ({marks})" if marks else title, fontsize=10, loc="left")
-        axis.set_xlabel("% (offline config, mean ± sd over seeds)", fontsize=9)
+    rows = []
+    for chapter in toc_chapters():
+        for claim in load_metrics(chapter, metrics_dir).get("claims", []):
+            cmp = claim["comparison"]
+            if claim.get("scale", 100.0) != 100.0 or "rho" in cmp or cmp.get("low") is None:
+                continue
+            if claim["names"][1] == "chance":
+                continue
+            label = f"{papers[chapter]['title']}: {claim['names'][0]} vs {claim['names'][1]}"
+            rows.append((label + (" (book)" if claim.get("origin") == "book" else ""), 100 * cmp["difference"],
+                         100 * cmp["low"], 100 * cmp["high"], claim.get("smallest_effect"), claim["verdict"]))
+    height = 1.2 + 0.42 * max(1, len(rows))
+    fig, axis = plt.subplots(figsize=(10.5, height))
+    for y, (label, diff, low, high, smallest, verdict) in enumerate(rows):
+        if smallest:
+            axis.fill_betweenx([y - 0.35, y + 0.35], -100 * smallest, 100 * smallest, color="#f1e3b0", zorder=0)
+        axis.plot([low, high], [y, y], color=VERDICT_COLOUR[verdict], lw=3, solid_capstyle="round", zorder=2)
+        axis.plot(diff, y, "o", color="black", ms=5, zorder=3)
+    axis.axvline(0, color="black", lw=1)
+    axis.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=10)
+    axis.invert_yaxis()
+    axis.tick_params(axis="x", labelsize=10)
+    axis.set_xlabel("A − B in points of the chapter's headline metric (dot: mean over paired seeds; bar: 95 % interval)",
+                    fontsize=10)
+    handles = [Patch(color=c, label=v) for v, c in VERDICT_COLOUR.items()]
+    handles.append(Patch(color="#f1e3b0", label="± the paper's effect applied here"))
+    axis.legend(handles=handles, fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.55 / height * 6), ncol=3,
+                frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=150)
+    fig.savefig(tmp, dpi=150, bbox_inches="tight")
     plt.close(fig)
     tmp.replace(path)
     return path

@@ -369,15 +369,15 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
     out = [Claim("fdt_beats_pooled", "FDT's codebook head beats a pooled CLIP-style head on the same features",
                  "Table 2 (9-dataset zero-shot average, 15M pairs)",
                  runs.compare(metric, {"head": "FDT"}, {"head": "pooled"}), ("FDT head", "pooled head"),
-                 paper_value="CLIP+FDT 45.9 vs CLIP 41.3")]
+                 paper_value="CLIP+FDT 45.9 vs CLIP 41.3", paper_pair=(45.9, 41.3))]
     if softmax:
         out.append(Claim("sparsemax_beats_softmax_as_features", "with the code weights themselves used as features, "
                          "sparsemax beats softmax", "Table 8 (rows marked *: FDT weights as features)",
                          runs.compare("weights_as_features/acc1", {"head": "FDT"}, {"head": softmax}),
-                         ("sparsemax weights", "softmax weights"), paper_value="32.4 vs 5.2"))
+                         ("sparsemax weights", "softmax weights"), paper_value="32.4 vs 5.2", paper_pair=(32.4, 5.2)))
         out.append(Claim("sparsemax_beats_softmax", "with the FDT embeddings, sparsemax beats softmax",
                          "Table 8 (rows without *)", runs.compare(metric, {"head": "FDT"}, {"head": softmax}),
-                         ("sparsemax head", "softmax head"), paper_value="45.9 vs 43.9"))
+                         ("sparsemax head", "softmax head"), paper_value="45.9 vs 43.9", paper_pair=(45.9, 43.9)))
     chance = 1 / len(zero_shot_sets(cfg, bench)[0].classnames)
     out.append(Claim("fdt_above_chance", "the book's question: an FDT head on frozen features transfers zero-shot to "
                      "concepts it never saw (the paper trains its encoders through FDT and makes no frozen-feature or "

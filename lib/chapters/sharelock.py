@@ -40,7 +40,8 @@ class LiTConfig:
     transformer needs a smaller learning rate than a head on frozen features; the budget rule (``eval_every``,
     ``patience``) is the heads'."""
 
-    text: TextModelConfig
+    enabled: bool = False  # a config's `lit:` section sets it; absent, the baseline is not trained
+    text: TextModelConfig = field(default_factory=lambda: TextModelConfig("offline/all-MiniLM-L6-v2", "mean"))
     train: TrainSettings = field(default_factory=TrainSettings)
 
 
@@ -61,7 +62,7 @@ class Config:
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares of the training pairs
-    lit: LiTConfig | None = None  # the LiT baseline; None: not trained
+    lit: LiTConfig = field(default_factory=LiTConfig)  # the LiT baseline (trained when ``lit.enabled``)
 
     def __post_init__(self) -> None:
         if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):
@@ -238,8 +239,8 @@ def train_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: Vis
 
     from lib.core.models import resolve
 
-    if cfg.lit is None:
-        raise ValueError("this config has no `lit` section: the LiT baseline is not configured")
+    if not cfg.lit.enabled:
+        raise ValueError("this config's `lit` section is not enabled: the LiT baseline is not configured")
     text = cfg.lit.text
     path = resolve(text.name, "transformers", text.revision).load_path
     tokenizer = AutoTokenizer.from_pretrained(path, revision=text.revision)
@@ -338,14 +339,15 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None)
     text, vision = short(cfg.text[0].name), short(cfg.vision[0].name)
     main = dict(text=text, vision=vision, control="")
     out = []
-    if cfg.lit is not None and runs.where(head="lit"):
+    if cfg.lit.enabled and runs.where(head="lit"):
         lit = short(cfg.lit.text.name)
         out.append(Claim(
             "sharelock_beats_lit", "ShareLock (a frozen LLM and an MLP head) beats LiT (a pretrained text encoder "
             "tuned end to end) on the same locked image features and pairs",
             "Table 3, ImageNet-1k top-1 at 563k CC3M-LLaVA pairs",
             runs.compare(metric, {**main, "head": "mlp"}, dict(text=lit, vision=vision, control="", head="lit")),
-            (f"ShareLock ({text} frozen, MLP head)", f"LiT ({lit} tuned)"), paper_value="ShareLock 50.5 vs LiT 41.7"))
+            (f"ShareLock ({text} frozen, MLP head)", f"LiT ({lit} tuned)"), paper_value="ShareLock 50.5 vs LiT 41.7",
+            paper_pair=(50.5, 41.7)))
     out.append(Claim(
         "zero_shot_above_chance", "frozen features and a small head transfer zero-shot to classes never seen in "
         "training", "ViTeRB, Table 1 (unseen classes)", versus(runs.values(metric, **main, head="mlp"), chance),
@@ -361,7 +363,7 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None)
                 "vision than encoder features", "abstract; ViTeRB, Table 1",
                 runs.compare(metric, dict(text=dec, vision=vision, control="", head="mlp"),
                              dict(text=enc, vision=vision, control="", head="mlp")),
-                (dec, enc), paper_value="Llama-3 8B 40.2 vs BERT-Large 18.3 (class names)"))
+                (dec, enc), paper_value="Llama-3 8B 40.2 vs BERT-Large 18.3 (class names)", paper_pair=(40.2, 18.3)))
     out.append(Claim(
         "mlp_beats_linear", "the book's ablation: the MLP head beats one linear map on the same frozen LLM features "
         "(the paper never compares the two; its head ablation is MLP vs Q-Former vs attention pooling)",
@@ -384,7 +386,7 @@ def findings(cfg: Config, bench: Benchmark, runs: Runs) -> dict[str, float | Non
         "sharelock_unseen_acc1": runs.summary(metric, **main, head="mlp").mean,
         "linear_unseen_acc1": runs.summary(metric, **main, head="linear").mean,
         "lit_unseen_acc1": (runs.summary(metric, text=short(cfg.lit.text.name), vision=vision, control="",
-                                         head="lit").mean if cfg.lit is not None and runs.where(head="lit") else None),
+                                         head="lit").mean if cfg.lit.enabled and runs.where(head="lit") else None),
         "shuffled_unseen_acc1": runs.summary(metric, text=text, vision=vision, head="mlp",
                                              control="shuffled captions").mean,
         "chance_unseen": 1 / len(bench.zero_shot[0].classnames),

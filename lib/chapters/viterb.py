@@ -326,7 +326,7 @@ def score_table(runs: Runs, cfg: Config, **where):
 def outcome(comparison, name_a: str, name_b: str) -> str:
     """The rule's outcome of a :class:`lib.core.results.Comparison` in words (for a table cell)."""
     return {"a": f"{name_a} clearly ahead", "b": f"{name_b} clearly ahead", "tie": "no clear difference",
-            "unknown": "too few seeds to judge"}[comparison.outcome]
+            "unclear": "no clear difference", "unknown": "too few seeds to judge"}[comparison.outcome]
 
 
 def _main(**extra) -> dict:
@@ -420,12 +420,13 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
                  "(ViTeRB score, mean over models and text types)", "Table 1; abstract",
                  runs.compare("score", _main(family="decoder"), _main(family="encoder")), ("decoders", "encoders"),
                  paper_value=f"decoders {_paper_mean(['Dec.']):.1f} vs encoders {_paper_mean(['Enc.']):.1f} "
-                             "(mean of Table 1's cells)")]
+                             "(mean of Table 1's cells)", paper_pair=(_paper_mean(['Dec.']), _paper_mean(['Enc.'])))]
     for kind in [k for k in ("description", "encyclopedia", "reference") if k in cfg.text_kinds]:
         out.append(Claim(f"{kind}_beats_names", f"richer class text ({kind}) beats class names (mean over models)",
                          "Table 1", runs.compare("score", _main(kind=kind), _main(kind="name")), (kind, "class names"),
                          paper_value=f"{PAPER_COLUMNS[kind]} {_paper_mean(kinds=[kind]):.1f} vs Class Names "
-                                     f"{_paper_mean(kinds=['name']):.1f} (mean of the 7 models)"))
+                                     f"{_paper_mean(kinds=['name']):.1f} (mean of the 7 models)",
+                         paper_pair=(_paper_mean(kinds=[kind]), _paper_mean(kinds=["name"]))))
     capable = _capability_claim(cfg, runs, perplexity)
     if capable is not None:
         out.append(capable)

@@ -75,14 +75,15 @@ class RankComparison(Comparison):
     p: float = 1.0
     n: int = 0
 
-    def says(self, name_a: str, name_b: str, scale: float = 1.0, unit: str = "") -> str:
+    def says(self, name_a: str, name_b: str, scale: float = 1.0, unit: str = "", smallest: float | None = None) -> str:
         seeds = ", ".join(f"{v:+.2f}" for v in self.a.values)
         head = (f"{name_a}: rho {self.rho:+.2f} over {self.n} models (per seed {seeds}), exact permutation "
                 f"p = {self.p:.3f}")
         if self.outcome == "unknown":
             return f"{head}: too few seeds to judge"
-        if self.outcome == "tie":
-            return f"{head}: no clear correlation (p >= 0.05, or a seed on the other side: RANK_RULE)"
+        if self.outcome == "unclear":
+            floor = f"; with {self.n} models the smallest possible p is 1/{math.factorial(self.n)}" if self.n <= 4 else ""
+            return f"{head}: no clear correlation (p >= 0.05, or a seed on the other side{floor})"
         return f"{head}: a clear {'positive' if self.outcome == 'a' else 'negative'} rank correlation"
 
     def as_dict(self) -> dict:
@@ -96,11 +97,11 @@ def rank_comparison(per_seed: Iterable[float], measure: Sequence[float], score: 
     p_up, p_down = permutation_p(measure, score)
     b = Summary((0.0,) * max(a.n, 2))
     if a.n < 2 or math.isnan(rho):
-        return RankComparison(a, b, None, "unknown", rho, min(p_up, p_down), len(score))
+        return RankComparison(a, b, None, "unknown", rho=rho, p=min(p_up, p_down), n=len(score))
     p = p_up if rho > 0 else p_down
     agree = all(v > 0 for v in a.values) if rho > 0 else all(v < 0 for v in a.values)
-    outcome = ("a" if rho > 0 else "b") if agree and p < 0.05 else "tie"
-    return RankComparison(a, b, None, outcome, rho, p, len(score))
+    outcome = ("a" if rho > 0 else "b") if agree and p < 0.05 else "unclear"
+    return RankComparison(a, b, None, outcome, rho=rho, p=p, n=len(score))
 
 
 def rank_correlation(runs: Runs, capability: dict[str, float], *, by: str = "model", metric: str = "score",
