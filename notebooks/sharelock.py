@@ -301,9 +301,9 @@ for seed in cfg.seeds[:1] if quick else cfg.seeds:
 # smallest pretrained encoder that installs offline; full config: BERT-base, as the paper), trained on the same
 # pairs, the same image features, the same loss at τ = 0.07 and batch, the same seeds, and the heads' budget
 # rule (early stopping on the validation concepts). Two settings differ, and the config says why: a learning
-# rate of 1e-4 (a pretrained transformer is fine-tuned, a fresh head is trained at 1e-3), and a cap of 150
-# steps in the medium config, validated every 25 (a tuned step costs about a hundred head steps on this CPU).
-# The table below sets LiT's best steps beside the heads'; where the heads peak later than 150, the cap is a
+# rate of 1e-4 (a pretrained transformer is fine-tuned, a fresh head is trained at 1e-3), and a cap of 100
+# steps in the medium config, validated every 20 (a tuned step costs about a hundred head steps on this CPU).
+# The table below sets LiT's best steps beside the heads'; where the heads peak later than 100, the cap is a
 # handicap for LiT, and the verdict must be read with it. In the small config (CI) LiT gets 20 steps.
 
 # %%
@@ -515,7 +515,7 @@ features.release_encoders()
 # | image tower | DINOv2 ViT-B/14 (§6.1) | name left as a placeholder in the config | small and medium: EfficientNet-Lite0 (main), DINOv2 ViT-S/14 from an ONNX (maybe saliency-tuned); full: `facebook/dinov2-base` |
 # | text tower | Llama-3-8B, last token, after the final norm | same, fp32, untruncated | small: Gemma 3 270M (last token), MiniLM-L6 (mean); medium: also SmolLM2-135M and Qwen2.5-Coder-0.5B-Instruct (last token), MiniLM-L3 and mpnet-base (mean); full: Llama-3-8B, stored fp16, truncated at 77 tokens |
 # | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design; hidden 512 in the small and medium configs |
-# | LiT baseline | pretrained BERT tuned end to end on the locked DINOv2 features (§6.1) | — | small and medium: all-MiniLM-L6-v2 tuned end to end at lr 1e-4 (20 / at most 150 steps, the best validation step kept); full: BERT-base-uncased, micro-batches of 1,024 |
+# | LiT baseline | pretrained BERT tuned end to end on the locked DINOv2 features (§6.1) | — | small and medium: all-MiniLM-L6-v2 tuned end to end at lr 1e-4 (20 / at most 100 steps, the best validation step kept); full: BERT-base-uncased, micro-batches of 1,024 |
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; medium: 512; full: a true 16,384 per loss |
 # | validation | until convergence on a validation split | every 500 Lightning batches of 1,024 (~512k pairs, ~31 optimiser steps) on a 50,000-pair validation split, patience 50, min_delta 0.1 | small: every 20 steps, patience 6; medium: every 50, patience 6; full: every 250 steps, patience 10 |

@@ -35,7 +35,7 @@ from lib.methods.three_towers import TextTowerConfig, ThreeTowers, load_tokenize
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "sizes", "text_sets", "label_sets", "feature_plan",
            "ChapterFeatures", "train_and_evaluate", "run_key", "main_setting", "claims", "findings", "facet_similarity",
-           "main_runs", "coincidences", "facet_mask_figure", "speed_table", "short"]
+           "main_runs", "coincidences", "facet_mask_figure", "equivalence_table", "speed_table", "short"]
 
 NAME = "flame"
 @dataclass(frozen=True)
@@ -420,6 +420,38 @@ def findings(cfg: Config, bench: Benchmark, runs: Runs) -> dict[str, float | Non
 
 
 # --- figures and tables ----------------------------------------------------------------------------------------
+def _gap(a: torch.Tensor, b: torch.Tensor) -> dict:
+    d = a - b
+    return {"max |difference|": float(d.abs().max()), "largest |value|": float(a.abs().max()),
+            "relative L2 (worst row)": float((d.norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).max()),
+            "min cosine": float(F.cosine_similarity(a.flatten(0, -2), b.flatten(0, -2), dim=-1).min())}
+
+
+@torch.no_grad()
+def equivalence_table(cfg: Config, captions: list[str], device: str = "cpu"):
+    """Facet-decoupled attention against K separate passes over ``prefix + suffix_k``, in float32 (where the two
+    must agree to float rounding) and, when the run computes in a lower precision, in that precision beside the
+    precision's own spread: two separate passes that differ only in their batch size. See notebooks/flame.py,
+    section "Facet-decoupled attention"."""
+    import pandas as pd
+
+    from lib.core.precision import resolve_dtype
+
+    dtype = resolve_dtype(cfg.text.dtype) if cfg.text.dtype == "auto" else cfg.text.dtype
+    rows = []
+    for precision in dict.fromkeys(["float32", dtype]):
+        text = dataclasses.replace(cfg.text, dtype=precision)
+        encoder = features.ENCODERS.get(text, device)
+        decoupled = encoder.encode(captions, method="decoupled", progress=False)
+        separate = encoder.encode(captions, method="separate", progress=False)
+        rows.append({"precision": precision, "comparison": "decoupled vs separate passes", **_gap(decoupled, separate)})
+        if precision != "float32":
+            one = features.ENCODERS.get(dataclasses.replace(text, batch_size=1), device)
+            rows.append({"precision": precision, "comparison": f"separate passes, batch {text.batch_size} vs batch 1",
+                         **_gap(separate, one.encode(captions, method="separate", progress=False))})
+    return pd.DataFrame(rows).set_index(["precision", "comparison"])
+
+
 def facet_mask_figure(encoder, caption: str):
     """FLAME's facet-decoupled attention, drawn from the very inputs ``lib.core.facets`` builds for one caption
     (:func:`lib.core.facets.decoupled_inputs` on the encoder's own tokens): which key (column) each query

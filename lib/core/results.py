@@ -13,7 +13,7 @@ the same gap a finding and noise. The rule, stated once (and in the book's intro
 Why a t-interval over seeds and not a bootstrap over test items as well: the test items here are fixed (every seed
 is scored on the same unseen classes), so the seed-to-seed spread is the only randomness the runs sample; the
 interval therefore speaks about these test classes. Its coverage and its false-verdict rate are checked by
-simulation (tests/test_results.py). A claim against a fixed level (chance) is the one-sample case (:func:`versus`).
+simulation (tests/test_results_rule.py). A claim against a fixed level (chance) is the one-sample case (:func:`versus`).
 
 ``write_metrics`` writes each chapter's ``metrics.json`` in one schema (:data:`SCHEMA`), strict JSON (a
 NaN is written as ``null``), with the versions, seconds and feature counts filled in here.
