@@ -16,8 +16,15 @@
 # %% [markdown]
 # # FDT: images and captions written in one shared vocabulary of learned tokens
 #
+# ```{glue:md} key_findings
+# :format: myst
+# ```
+#
 # <!-- launch -->
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
+# :::{admonition} Run it, and run it at paper scale
+# :class: dropdown
+#
+# The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
 # - **GPU:** the feature pass needs about 1.7 GiB; training holds the 100k training pairs' patch and word-token features resident (the config's data.limit), about 40 GB, beside a 16,384 × 512 codebook (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 0.02 GPU-hours of features (9.2e15 FLOPs: DINOv2-B patch tokens of 160k images, MPNet word states of 110k captions), at an assumed 120 TFLOP/s of bf16; computed, not measured; the 20k training steps at batch 4,096 are not in the cost model yet (the paper trains its encoders on 15M pairs)
@@ -26,6 +33,7 @@
 # ```bash
 # papermill notebooks/fdt.ipynb out.ipynb -p config full
 # ```
+# :::
 # <!-- /launch -->
 #
 # > FDT is a set of learnable tokens representing certain visual-semantic concepts. Both images
@@ -60,10 +68,6 @@
 # ~17,500 offline drawings pooled from four sources, a 512-code codebook, a data-size curve; CPU; this run
 # took {glue:md}`runtime`); **full** (the paper's 16,384 × 512 codebook, a GPU machine with the datasets):
 # `papermill notebooks/fdt.ipynb out.ipynb -p config medium|full`.
-#
-# ```{glue:md} key_findings
-# :format: myst
-# ```
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -108,7 +112,7 @@ from lib.chapters import fdt, fdt_figures, fdt_medium
 from lib.core import config as configs
 from lib.preflight import require
 from lib.core import features, notebook, paths
-from lib.core.results import RULE, write_metrics
+from lib.core.results import RULE, write_metrics, findings_table
 from lib.core.store import FeatureStore
 from lib.nn.sparsemax import sparsemax
 
@@ -621,7 +625,7 @@ notebook.glue("zero_padding_same", "(the zero-padding variant is run in the smal
               "and accuracy on the first seed, so τ was positive for every caption it met" if same else "the zero-padding "
               "head's metrics differ from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- {c.finding()}" for c in claims]
+box += [findings_table(claims), ""]
 box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official temperature keeps "
         f"{100 * findings['init_active_fraction_paper_size']:.0f} % of its codes on per item (this chapter's features; "
         f"{100 * findings['init_active_fraction_paper_size_random_inputs']:.0f} % on random inputs of the official widths), "

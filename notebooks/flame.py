@@ -16,8 +16,15 @@
 # %% [markdown]
 # # FLAME: a frozen LLM read through many prompts
 #
+# ```{glue:md} key_findings
+# :format: myst
+# ```
+#
 # <!-- launch -->
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
+# :::{admonition} Run it, and run it at paper scale
+# :class: dropdown
+#
+# The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
 # - **GPU:** the feature pass peaks at about 25 GiB (Mistral-Nemo's 12B parameters in fp16 plus activations) with 22 GiB of host memory; training as configured fits no single GPU: lib.core.train.fit holds the training features resident, and 2.9M re-captions × 7 facets × 5,120 dimensions are 208 GB in fp16 (416 GB in fp32), so set data.limit (200k pairs: about 29 GB in fp32) until training streams from the store (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 106 GPU-hours of features (4.6e19 FLOPs: Mistral-Nemo over 2.9M re-captions at up to 256 caption tokens plus the 7 facet prompts, and again for the last-token baseline; DINOv2-B over 3.0M images), at an assumed 120 TFLOP/s of bf16; computed, not measured; the heads' training is not in the cost model yet
@@ -26,11 +33,8 @@
 # ```bash
 # papermill notebooks/flame.ipynb out.ipynb -p config full
 # ```
+# :::
 # <!-- /launch -->
-#
-# ```{glue:md} key_findings
-# :format: myst
-# ```
 #
 # > In this paper, we propose FLAME (Frozen Large lAnguage Models Enable data-efficient language-image
 # > pre-training) that leverages frozen large language models as text encoders, naturally processing long
@@ -107,7 +111,7 @@ from lib.core import config as configs
 from lib.preflight import require
 from lib.core import features, notebook, paths
 from lib.core.facets import clean_caption
-from lib.core.results import RULE, Runs, compare, versus, write_metrics
+from lib.core.results import RULE, Runs, compare, versus, write_metrics, findings_table
 from lib.core.store import FeatureStore
 from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, Flame, official_caption
 
@@ -723,7 +727,7 @@ else:
                  "medium_curve_sizes", "medium_story"):
         notebook.glue(name, "(medium config only)", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- {c.finding()}" for c in claims]
+box += [findings_table(claims), ""]
 if locales:
     above = versus(runs.values("labels:other/acc1", **flame.main_setting(cfg)), chance["zero-shot"])
     box += [f"- FLAME with the {', '.join(locales[1:])} labels against chance: "

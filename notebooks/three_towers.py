@@ -16,8 +16,15 @@
 # %% [markdown]
 # # Three Towers: a frozen third tower for contrastive training
 #
+# ```{glue:md} key_findings
+# :format: myst
+# ```
+#
 # <!-- launch -->
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
+# :::{admonition} Run it, and run it at paper scale
+# :class: dropdown
+#
+# The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
 # - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains its towers contrastively on WebLI for TPU-weeks)
@@ -26,6 +33,7 @@
 # ```bash
 # papermill notebooks/three_towers.ipynb out.ipynb -p config full
 # ```
+# :::
 # <!-- /launch -->
 #
 # > To achieve this, we introduce a third tower that contains the frozen pretrained embeddings, and we
@@ -66,10 +74,6 @@
 # the paper's: JFT-3B, WebLI and the paper's IN-21k/JFT-pretrained ViTs are not public, so it trains the
 # towers on the public CC3M-LLaVA pairs with a frozen DINOv2-L as the third tower and tests on ImageNet-1k
 # (`papermill notebooks/three_towers.ipynb out.ipynb -p config medium|full`). This page: {glue:md}`shown_run`.
-#
-# ```{glue:md} key_findings
-# :format: myst
-# ```
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -113,7 +117,7 @@ from lib.chapters import three_towers, three_towers_diagram
 from lib.core import config as configs
 from lib.preflight import require
 from lib.core import curves, features, notebook, paths
-from lib.core.results import RULE, Runs, write_metrics
+from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.store import FeatureStore
 from lib.methods import three_towers as tt
 
@@ -588,7 +592,7 @@ extra_runs = sum(r["train_pairs"] < len(data.train["pixels"]) for r in curve) if
 notebook.glue("shown_run", f"the **{config}** config, {len(runs) + len(ablation_runs) - min(len(ablation_runs), 1) + len(diagnosis) + extra_runs} "
               f"training runs, {notebook.runtime(started)}", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- {c.finding()}" for c in claims]
+box += [findings_table(claims), ""]
 if fashion:
     box.append(f"- Fashion-MNIST photos (chance {fashion[0]['chance %']} %): " + "; ".join(
         f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion))

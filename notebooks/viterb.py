@@ -16,8 +16,15 @@
 # %% [markdown]
 # # ViTeRB: which language models see best?
 #
+# ```{glue:md} key_findings
+# :format: myst
+# ```
+#
 # <!-- launch -->
-# **Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and
+# :::{admonition} Run it, and run it at paper scale
+# :class: dropdown
+#
+# The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
 # - **GPU:** one GPU with at least 24 GB: the feature pass peaks at about 22 GiB (Flan-UL2's 8.7B-parameter encoder in bf16 plus activations), training at about 13 GiB; 40 GiB of host memory, as transformers loads all of Flan-UL2 (19.5B parameters, 36 GiB in bf16) before the encoder is kept (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** at most about 3 GPU-hours of features (1.4e18 FLOPs: six language models and two pooling variants over 146k templated class names and the generated texts at their generation caps, DINOv2-B over 184k images) and at most about 19 GPU-hours of training (396 heads × 5,000 steps at batches of up to 16,384: 8.3e18 FLOPs; early stopping shortens it), at an assumed 120 TFLOP/s of bf16; computed, not measured; the class texts are generated first with Llama-3-8B-Instruct (`tools/generate_class_texts.py`)
@@ -26,6 +33,7 @@
 # ```bash
 # papermill notebooks/viterb.ipynb out.ipynb -p config full
 # ```
+# :::
 # <!-- /launch -->
 #
 # > To this end, we propose the Visual Text Representation Benchmark (ViTeRB), a novel benchmark that
@@ -67,10 +75,6 @@
 # names and better language models align better when the decoders are 16 to 59 times smaller than the paper's
 # Llama-3-8B (Qwen2.5-Coder-0.5B to SmolLM2-135M);
 # and what reading an encoder at its CLS token instead of its mean costs.
-#
-# ```{glue:md} key_findings
-# :format: myst
-# ```
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -111,7 +115,7 @@ import seaborn as sns
 from lib.chapters import viterb, viterb_medium
 from lib.core import config as configs
 from lib.core import curves, features, notebook, paths, ranks
-from lib.core.results import RULE, Runs, write_metrics
+from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.results import stuck as is_stuck
 from lib.core.store import FeatureStore
 from lib.data import class_splits, class_texts, manifests, wordnet
@@ -605,7 +609,7 @@ notebook.glue("score_sets", ", ".join(f"{d}: {len(benches[d].classes('unseen'))}
 notebook.glue("description_seconds", f"{description['generation'].get('seconds', 0):.0f} s" if description else "–",
               markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
-box += [f"- {c.finding()}" for c in claims]
+box += [findings_table(claims), ""]
 box += [f"- shuffled-text control on {d}: {runs.summary('score', study='control', dataset=d).text()} % "
         f"(chance {100 * chance[d]:.1f} %)" for d in cfg.datasets if runs.where(study="control", dataset=d).rows]
 for t in cfg.pooling_ablation:

@@ -27,6 +27,13 @@ def test_committed_page_is_the_rendering_of_the_committed_metrics():
     assert results_page.PAGE.read_text() == results_page.render(), "run `python -m tools.results_page`"
 
 
+def test_the_intro_opens_with_the_findings_table_of_the_committed_metrics():
+    intro = results_page.INTRO.read_text(encoding="utf-8")
+    assert intro == results_page.render_intro(intro, results_page.findings_table()), "run `python -m tools.results_page`"
+    opening = intro.split("\n## ")[0]
+    assert results_page.INTRO_MARKERS[0] in opening and re.search(r"reproduced|inconclusive|no effect", opening)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_chapter_has_its_numbers_and_verdicts_on_the_page(chapter):
     page = results_page.PAGE.read_text(encoding="utf-8")

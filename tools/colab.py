@@ -88,21 +88,16 @@ def launch_block(chapter: str, url: str | None = None) -> list[str]:
     """
     full = chapter_info(chapter)["full_config"]
     link = colab_url(chapter, url)
-    if link is None:
-        opening = [
-            ("**Run it.** The small config (the default) runs top to bottom on a CPU in minutes. The full "
-             "config needs internet access and"),
-        ]
-    else:
-        opening = [
-            f"[![Open in Colab]({BADGE_IMAGE})]({link})",
-            "",
-            ("**Run it.** The small config (the default) runs top to bottom on a CPU in minutes, here or in "
-             "Colab. The full config needs internet access and"),
-        ]
+    where = "" if link is None else ", here or in Colab"
+    opening = [] if link is None else [f"[![Open in Colab]({BADGE_IMAGE})]({link})", ""]
     return [
         LAUNCH_START,
         *opening,
+        ":::{admonition} Run it, and run it at paper scale",  # collapsed: the chapter's findings come first
+        ":class: dropdown",
+        "",
+        (f"The small config (the default) runs top to bottom on a CPU in minutes{where}. The full config needs "
+         "internet access and the following:"),
         "",
         f"- **GPU:** {full['gpu']}",
         f"- **time:** {full['time']}",
@@ -111,6 +106,7 @@ def launch_block(chapter: str, url: str | None = None) -> list[str]:
         "```bash",
         f"papermill notebooks/{chapter}.ipynb out.ipynb -p config full",
         "```",
+        ":::",
         LAUNCH_END,
     ]
 

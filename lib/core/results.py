@@ -35,6 +35,7 @@ from typing import Any, Literal
 __all__ = [
     "RULE", "Summary", "summarise", "Comparison", "compare", "versus", "stuck", "Claim", "Runs", "VERDICTS",
     "json_safe", "write_metrics", "validate_metrics", "SCHEMA", "versions", "t_quantile", "POWER", "LEVEL",
+    "findings_table",
 ]
 
 LEVEL, POWER = 0.95, 0.80
@@ -228,6 +229,20 @@ def versus(a: Iterable | Summary, level: float) -> Comparison:
     return Comparison(a, b, half, outcome, a.n, sd, True)
 
 
+def findings_table(claims: Sequence["Claim"]) -> str:
+    """A chapter's key findings as one Markdown table: claim (A vs B), this run (A − B with its 95 % interval),
+    the paper (its numbers and where they are printed, or "the book's own question"), the verdict."""
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    rows = ["| claim | this run: A − B [95 % interval] | paper | verdict |", "|---|---|---|---|"]
+    for c in claims:
+        paper = c.paper_column if c.origin == "paper" else "the book's own question"
+        rows.append(f"| {cell(c.names[0])} vs {cell(c.names[1])} | {cell(c.short_evidence)} | {cell(paper)} | "
+                    f"**{c.verdict}** |")
+    return "\n".join(rows)
+
+
 def stuck(row: Mapping, first_eval: int | None = None) -> bool:
     """A run whose best validation step is its first evaluation (``first_eval``, default the row's own
     ``"first_eval"``): a model that never improved on what it knew after its first evaluation has not trained,
@@ -331,6 +346,21 @@ class Claim:
         """What a table's "paper" column shows: the paper's number and where it is printed, or, for the book's own
         question, where the paper stands (no number)."""
         return f"{self.paper_value} ({self.reference})" if self.paper_value else self.reference
+
+    @property
+    def short_evidence(self) -> str:
+        """``"A − B +0.30 [−0.20, +0.80] points"`` (or the rank correlation, or "too few seeds"): a table cell."""
+        cmp = self.comparison
+        if cmp.outcome == "unknown" or cmp.low is None:
+            rho = getattr(cmp, "rho", None)
+            return f"rho {rho:+.2f}, p = {cmp.p:.3f}" if rho is not None and rho == rho else "too few seeds"
+        points = " points" if self.unit.strip() else ""
+        said = (f"{self.scale * cmp.difference:+.2f} [{self.scale * cmp.low:+.2f}, {self.scale * cmp.high:+.2f}]"
+                f"{points} over {cmp.pairs} seeds")
+        if self.verdict == "inconclusive" and cmp.mde is not None:
+            said += f"; MDE {self.scale * cmp.mde:.2f}" + (f", about {self.seeds_needed} seeds would reach the paper's "
+                                                          "effect" if self.seeds_needed else "")
+        return said
 
     def finding(self) -> str:
         """One line of a chapter's key findings: the verdict, the claim, the evidence, and the paper's number
