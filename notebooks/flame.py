@@ -549,7 +549,7 @@ if medium:
 # %% [markdown]
 # ## What the comparisons say
 #
-# "Clearly ahead" has one meaning in the whole book:
+# Every verdict has one meaning in the whole book, a paired interval over the seeds:
 
 # %%
 print(RULE)
@@ -656,8 +656,9 @@ if len(coincidences):
 # ## What reproduced, what did not
 #
 # One line per claim of the paper that this run can test, with the paper's number, this run's and the
-# verdict of the rule above (reproduced: the paper's direction, clearly; not reproduced: the opposite,
-# clearly; inconclusive: within the seed spread).
+# verdict of the rule above (reproduced: the interval of A − B lies on the paper's side of 0; not reproduced:
+# on the other side; no effect at this scale: inside ± the paper's effect applied here; inconclusive:
+# otherwise, with the MDE).
 
 # %%
 verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,

@@ -376,7 +376,7 @@ pd.Series({name: f"{100 * p:.2f} %" for name, p in chance.items()}, name="chance
 # here are 16–59× smaller than Llama-3-8B (decoders: Qwen2.5-Coder-0.5B to SmolLM2-135M), and the corpus is
 # 1,300 (small) or 11,400 (medium) drawings,
 # not 563k photos.
-# "Clearly ahead" has one meaning in the whole book:
+# Every verdict has one meaning in the whole book, a paired interval over the seeds:
 
 # %%
 print(RULE)
@@ -554,8 +554,9 @@ features.release_encoders()
 # ## What reproduced, what did not
 #
 # One line per claim of the paper that this run can test, with the paper's number, this run's and
-# the verdict of the rule above (reproduced: the paper's direction, clearly; not reproduced: the
-# opposite, clearly; inconclusive: within the seed spread). The book's own questions (claims the paper does
+# the verdict of the rule above (reproduced: the interval of A − B lies on the paper's side of 0; not reproduced:
+# on the other side; no effect at this scale: inside ± the paper's effect applied here; inconclusive:
+# otherwise, with the MDE). The book's own questions (claims the paper does
 # not make) follow in rows marked *book*, with no paper number beside them.
 
 # %%

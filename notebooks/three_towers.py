@@ -62,8 +62,9 @@
 # **What you will learn:** how the three towers, four heads and three loss terms fit together (drawn
 # from the model the chapter trains); how 3T compares with training from scratch and with LiT on the
 # same data, budget and seeds; what the paper's ablations (loss weight, leave-one-out, no heads and
-# mixing the towers at test time) look like at small scale; and why this chapter keeps the final
-# weights of a fixed budget instead of early-stopping on a validation loss.
+# mixing the towers at test time) look like at small scale; and which weights each config keeps (`small`: the
+# final weights of a fixed budget; `medium`, shown here: the lowest loss on held-out *training* pairs), and why
+# neither early-stops on the validation concepts.
 #
 # The chapter has three configs. **small** (the default; what CI runs) trains on 2,670 emoji drawings
 # on 2 CPU cores in minutes; **medium** (what this page shows) pools 11,416 training drawings of four offline
@@ -465,7 +466,7 @@ pd.Series({"towers kept": ", ".join(kept), "parameters kept": f"{sum(p.numel() f
 # tower's pretraining labels, names anything like them (animals, food, places, objects) or not (flags,
 # symbols, faces, people). The paper's Table 3 numbers are 10-shot linear probes on the image embedding;
 # this chapter measures zero-shot accuracy, which also depends on the text tower, so the comparison is of
-# directions, not of numbers. "Clearly ahead" has one meaning in the whole book:
+# directions, not of numbers. Every verdict has one meaning in the whole book, a paired interval over the seeds:
 
 # %%
 print(RULE)
@@ -533,8 +534,9 @@ for claim in claims:
 # ## What reproduced, what did not
 #
 # One line per claim of the paper that this run can test, with the paper's number, this run's and the
-# verdict of the rule above (reproduced: the paper's direction, clearly; not reproduced: the opposite,
-# clearly; inconclusive: within the seed spread).
+# verdict of the rule above (reproduced: the interval of A − B lies on the paper's side of 0; not reproduced:
+# on the other side; no effect at this scale: inside ± the paper's effect applied here; inconclusive:
+# otherwise, with the MDE).
 
 # %%
 verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,

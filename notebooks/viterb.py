@@ -327,7 +327,8 @@ runs = Runs()
 for spec in viterb.run_specs(cfg, quick=quick):
     runs.add(viterb.train_and_score(cfg, benches[spec.dataset], feats, spec))
 trained = runs.frame()
-print(f"{len(runs)} heads trained in {trained.train_s.sum():.0f} s")
+print(f"{len(runs)} heads in this grid; training them took {trained.train_s.sum():.0f} s of CPU time when they were "
+      "trained (a re-execution reads them back from the run cache; the page's opening line counts both)")
 
 # %% [markdown]
 # A head whose best validation loss is at its **first evaluation** never improved on what it knew after
@@ -617,8 +618,10 @@ for t in cfg.pooling_ablation:
     box.append(f"- encoder pooling ({viterb.short(t.name)}): " + runs.compare(
         "score", dict(study="pooling", role="score", model=viterb.label(cfg, t)),
         dict(study="main", role="score", model=viterb.label(cfg, main_setting))).says(t.pooling, main_setting.pooling))
-box.append(f"- runs whose best step is their first evaluation (not trained): {len(stuck)} of "
-           f"{len(runs.where(study='main')) + len(runs.where(study='pooling')) + len(runs.where(study='bare name'))}")
+box.append(f"- runs whose best step is their first evaluation (not trained): {len(stuck)} of the "
+           f"{len(runs.where(study='main')) + len(runs.where(study='pooling')) + len(runs.where(study='bare name'))} "
+           "grid runs that must learn (the shuffled-text controls are meant not to; the data-size curve is counted "
+           "in its own section)")
 box += [f"- Spearman rho of the score with {name}: {c['rho']:+.2f} over {len(c['models'])} models (per seed "
         + ", ".join(f"{r:+.2f}" for r in c["per_seed"]) + ")" for name, c in correlations.items()]
 box += [":::"]

@@ -231,7 +231,12 @@ SURVEY_JS = r"""
   const stderr = [...article.querySelectorAll(".output.stderr, div.stderr")]
     .map(e => ({text: e.innerText.trim().slice(0, 160), where: name(e), mark: mark(e)}));
   const maths = [...article.querySelectorAll(".math")];
+  // What a reader sees before scrolling: the text of elements whose top lies within the first viewport.
+  const firstScreen = prose.filter(p => p.el.getBoundingClientRect().top + window.scrollY < window.innerHeight)
+    .map(p => p.text).join(" ");
   return {
+    firstScreen: firstScreen.slice(0, 20000),
+    internalIds: found(/\[[a-z0-9]+(?:_[a-z0-9]+){2,}\]|\bRANK_RULE\b/, false),
     title: document.title,
     column: {left: column.left, right: column.right, width: column.width},
     overflow,
@@ -470,4 +475,21 @@ def test_figure_text_is_legible(survey):
              f"{i['natural'] * 72 / i['dpi']:.0f} px"
              for source, data in survey.items() for i in data["small_figures"]]
     assert checked, "no matplotlib figure found: the check would prove nothing"
+    assert not lines, _report(lines)
+
+
+FINDING = re.compile(r"\b(reproduced|not reproduced|inconclusive|no effect at this scale)\b")
+
+
+def test_the_first_screen_of_the_intro_results_and_every_chapter_states_a_finding(survey):
+    """A reader learns what a page found before scrolling (1,400 x 900): a verdict word in the first viewport."""
+    pages = [s for s in survey if s.startswith("notebooks/") or s.endswith(("intro", "results"))]
+    lines = [f"{source}: no verdict (reproduced / not reproduced / inconclusive / no effect at this scale) in the "
+             f"first 900 px" for source in pages if not FINDING.search(survey[source]["firstScreen"])]
+    assert pages and not lines, _report(lines)
+
+
+def test_no_page_shows_internal_ids(survey):
+    """Claim ids such as [mlp_beats_linear] and rule constants are for code, not for a reader."""
+    lines = [line for source, data in survey.items() for line in _grouped(source, "an internal id", data["internalIds"])]
     assert not lines, _report(lines)

@@ -113,3 +113,9 @@ def test_the_committed_sharelock_run_is_not_degenerate():
     assert metrics["claims"] and all(c["verdict"] in VERDICTS for c in metrics["claims"])
     head = next(c for c in metrics["claims"] if c["id"] == "mlp_beats_linear")
     assert head["diagnosis"], "the head claim says how its gap moves along the data-size curve"
+    assert head["origin"] == "book" and not head["paper_value"], "MLP vs linear is the book's ablation, not the paper's"
+    # The paper's comparison (Table 3) is ShareLock against LiT: a pretrained encoder tuned end to end, every seed.
+    lit = next(c for c in metrics["claims"] if c["id"] == "sharelock_beats_lit")
+    assert lit["origin"] == "paper" and lit["paper_pair"] == [50.5, 41.7] and lit["comparison"]["pairs"] >= 3
+    lit_runs = [r for r in metrics["runs"] if r["head"] == "lit"]
+    assert len(lit_runs) == len(metrics["settings"]["seeds"]) and all(r["steps_run"] > 0 for r in lit_runs)
