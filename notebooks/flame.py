@@ -427,11 +427,10 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 # trained on English, falls to near chance outside Latin scripts. The emoji corpus carries every CLDR
 # label in 12 locales (emojibase-data; `lib.data.emoji.locale_labels`). Here every trained model,
 # unchanged, classifies the 381 unseen drawings by their labels in English and in other languages (one
-# prompt, the bare label). all-MiniLM-L6-v2 was trained on English only and its tokenizer is English word
-# pieces; the text tower from scratch knows only the English word pieces of its 400 training captions.
-# SmolLM2-135M is mostly English too, so this is a weak test of the claim; Gemma 3 (140 languages) or the
-# full config's Mistral-Nemo are the fair candidates. (The medium config has no CLDR labels in other languages:
-# its multilingual test uses Tux Paint's translated sentences, in the section "The medium config" below.)
+# prompt, the bare label). all-MiniLM-L6-v2 was trained on English only. SmolLM2-135M is mostly English too,
+# so this is a weak test of the claim; Gemma 3 (140 languages) or the full config's Mistral-Nemo are the fair
+# candidates. (The medium config has no CLDR labels in other languages: its multilingual test uses Tux Paint's
+# translated sentences, in the section "The medium config" below.)
 
 # %%
 locales = list(flame.label_sets(cfg, bench))
@@ -439,6 +438,30 @@ if locales:
     display(flame_medium.language_bars(main, {f"labels:{loc}/acc1": loc for loc in locales}, chance["zero-shot"],
                                        len(zero_shot_set.classnames), "CLDR label language (every model trained on "
                                        "English captions)", "Unseen concepts classified by their labels"))
+
+# %% [markdown]
+# **Is the from-scratch tower at chance by construction?** It would be if its tokenizer could not spell the test
+# languages. It can: its word-piece vocabulary (all-MiniLM-L6-v2's) splits Cyrillic, kana and accented Latin into
+# pieces it knows. What it lacks is training: a piece that never occurs in an English training caption keeps the
+# random embedding it started with. The table measures both on the class texts of each language (small: the CLDR
+# labels; medium: Tux Paint's sentences). The second column, not the first, is why the tower cannot read other
+# languages, and it is the paper's setting too: FLAME and the baseline see English pairs only, so FLAME's advantage
+# there is what its frozen LLM already knows.
+
+# %%
+class_texts = (feats.tux_sentences if medium else
+               {loc: labelled.classnames for loc, labelled in flame.label_sets(cfg, bench).items()})
+if class_texts:
+    tokenizer = feats.tokenizer
+    special = set(tokenizer.all_special_ids)
+    in_training = {i for text in flame.text_sets(cfg, bench)["train"][0] for i in tokenizer(text)["input_ids"]}
+    coverage = []
+    for loc, texts in class_texts.items():
+        ids = [i for text in texts for i in tokenizer(text)["input_ids"] if i not in special]
+        coverage.append({"language": loc, "word pieces": len(ids),
+                         "unknown to the tokenizer %": round(100 * sum(i == tokenizer.unk_token_id for i in ids) / len(ids), 1),
+                         "never in an English training caption %": round(100 * sum(i not in in_training for i in ids) / len(ids), 1)})
+    display(pd.DataFrame(coverage).set_index("language"))
 
 # %% [markdown]
 # ## The medium config: more concepts, longer descriptions, five languages
@@ -483,26 +506,6 @@ if medium:
                                        "language of the class sentence (every model trained on English captions)",
                                        "Tux Paint stamps classified by their sentences"))
 
-# %% [markdown]
-# **Is the from-scratch tower at chance by construction?** It would be if its tokenizer could not spell the test
-# languages. It can: its word-piece vocabulary (all-MiniLM-L6-v2's) splits Cyrillic, kana and accented Latin into
-# pieces it knows. What it lacks is training: a piece that never occurs in an English training caption keeps the
-# random embedding it started with. The table measures both on the class sentences of each language. The second
-# column, not the first, is why the tower cannot read other languages, and it is the paper's setting too: both
-# FLAME and the baseline see English pairs only, so FLAME's advantage there is what its frozen LLM already knows.
-
-# %%
-if medium:
-    tokenizer = feats.tokenizer
-    special = set(tokenizer.all_special_ids)
-    in_training = {i for text in flame.text_sets(cfg, bench)["train"][0] for i in tokenizer(text)["input_ids"]}
-    coverage = []
-    for loc, sentences in feats.tux_sentences.items():
-        ids = [i for sentence in sentences for i in tokenizer(sentence)["input_ids"] if i not in special]
-        coverage.append({"language": loc, "word pieces": len(ids),
-                         "unknown to the tokenizer %": round(100 * sum(i == tokenizer.unk_token_id for i in ids) / len(ids), 1),
-                         "never in an English training caption %": round(100 * sum(i not in in_training for i in ids) / len(ids), 1)})
-    display(pd.DataFrame(coverage).set_index("language"))
 
 # %% [markdown]
 # **Facets on longer descriptions.** The small config found the three facets of an emoji caption nearly
