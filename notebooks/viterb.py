@@ -63,7 +63,7 @@
 # Everything but the language model is held fixed. The **small config** (the default; this run took
 # {glue:md}`runtime`) runs offline on a CPU: emoji drawings (the score) and Fashion-MNIST photos (a separate
 # check), Gemma 3 270M and SmolLM2-135M (decoders) against all-MiniLM-L6-v2 (an encoder). The **medium
-# config** (the one the book shows; `make setup-medium` installs its data) runs offline on the same CPU at
+# config** (`make setup-medium` installs its data) runs offline on the same CPU at
 # a larger scale: the medium corpus's ~7,900 drawn concepts (1,540 of them unseen) beside the emoji concepts
 # as a second score set, and six language models, three decoders (SmolLM2-135M, Gemma 3 270M,
 # Qwen2.5-Coder-0.5B) and three sentence encoders (paraphrase-MiniLM-L3, all-MiniLM-L6, all-mpnet-base),
