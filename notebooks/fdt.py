@@ -64,7 +64,7 @@
 # bottleneck costs on frozen features; and which of the official code's choices change numbers.
 #
 # Three configs: **small** (the default and CI's: real pretrained models that install from PyPI, emoji
-# drawings and Fashion-MNIST, CPU in minutes); **medium** (what this page shows: the same frozen encoders on
+# drawings and Fashion-MNIST, CPU in minutes); **medium** (the same frozen encoders on
 # ~17,500 offline drawings pooled from four sources, a 512-code codebook, a data-size curve; CPU; this run
 # took {glue:md}`runtime`); **full** (the paper's 16,384 × 512 codebook, a GPU machine with the datasets):
 # `papermill notebooks/fdt.ipynb out.ipynb -p config medium|full`.

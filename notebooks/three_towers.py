@@ -63,11 +63,11 @@
 # from the model the chapter trains); how 3T compares with training from scratch and with LiT on the
 # same data, budget and seeds; what the paper's ablations (loss weight, leave-one-out, no heads and
 # mixing the towers at test time) look like at small scale; and which weights each config keeps (`small`: the
-# final weights of a fixed budget; `medium`, shown here: the lowest loss on held-out *training* pairs), and why
+# final weights of a fixed budget; `medium`: the lowest loss on held-out *training* pairs), and why
 # neither early-stops on the validation concepts.
 #
 # The chapter has three configs. **small** (the default; what CI runs) trains on 2,670 emoji drawings
-# on 2 CPU cores in minutes; **medium** (what this page shows) pools 11,416 training drawings of four offline
+# on 2 CPU cores in minutes; **medium** pools 11,416 training drawings of four offline
 # sources (Openclipart, OpenMoji, Fluent UI emoji, game-icons) and tests on 1,540 unseen concepts and on
 # Tux Paint's photo-like stamps, on a CPU in about half an hour. The paper trains its towers contrastively on
 # billions of WebLI pairs (JFT-3B, ImageNet-21k and Places365 are what its frozen third towers were pretrained on),
