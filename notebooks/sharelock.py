@@ -578,6 +578,7 @@ notebook.glue("shown_run", f"the **{config}** config, {len(runs) + extra_runs} t
 notebook.glue("control", f"{control.text()} % against a chance of {100 * chance[headline]:.2f} %", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [findings_table(claims), ""]
+box += [f"- ShareLock vs LiT: {c.diagnosis}." for c in claims if c.id == "sharelock_beats_lit" and c.diagnosis]
 box += [f"- shuffled-caption control: {control.text()} % (chance {100 * chance[headline]:.2f} %)", ":::"]
 notebook.glue("key_findings", "\n".join(box), markdown=True)
 path = write_metrics(output_dir, chapter="sharelock", config=config, settings=cfg, started=started, runs=runs,

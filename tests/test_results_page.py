@@ -141,6 +141,10 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     assert "Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, and 1 turn" in section
     assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.json").write_text(json.dumps({**json.loads((before / "a.json").read_text()), "config": "medium"}))
+    assert results_page.stability_rows(papers, ["a"], now, other) == []  # another config: nothing to compare
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -146,13 +146,17 @@ OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
 
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
     """One row per claim tested in both runs: chapter, claim, the float32 run's verdict, this run's, and whether
-    they agree. A claim that one run has and the other lacks is left out (the rows say what both tested)."""
+    they agree. A claim that one run has and the other lacks is left out (the rows say what both tested), and so
+    is a chapter whose run is of another config than the float32 run's."""
     rows = []
     for chapter in chapters:
         if not (reference_dir / f"{chapter}.json").is_file():
             continue
-        before = {c["id"]: c for c in load_metrics(chapter, reference_dir).get("claims", [])}
-        for claim in load_metrics(chapter, metrics_dir).get("claims", []):
+        reference, current = load_metrics(chapter, reference_dir), load_metrics(chapter, metrics_dir)
+        if reference.get("config") != current.get("config"):
+            continue  # a run of another config tests the claims on other data: no verdict to set beside it
+        before = {c["id"]: c for c in reference.get("claims", [])}
+        for claim in current.get("claims", []):
             if claim["id"] in before:
                 old, new = before[claim["id"]]["verdict"], claim["verdict"]
                 same = "same" if old == new else ("**opposite**" if (old, new) in OPPOSITE else "changed")
