@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -313,30 +314,33 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
                 continue
             if claim["names"][1] == "chance":
                 continue
-            label = f"{papers[chapter]['title']}: {claim['names'][0]} vs {claim['names'][1]}"
+            cited = re.search(r"Table \w+|Figure \d+|§[\d.]+", claim.get("reference") or "")
+            where = f" ({cited.group(0)})" if cited and claim.get("origin", "paper") == "paper" else ""
+            label = f"{papers[chapter]['title']}: {claim['names'][0]} vs {claim['names'][1]}{where}"
             rows.append((label + (" (book)" if claim.get("origin") == "book" else ""), 100 * cmp["difference"],
                          100 * cmp["low"], 100 * cmp["high"], claim.get("smallest_effect"), claim["verdict"]))
-    height = 1.2 + 0.42 * max(1, len(rows))
-    fig, axis = plt.subplots(figsize=(10.5, height))
+    height = 1.6 + 0.42 * max(1, len(rows))
+    fig, axis = plt.subplots(figsize=(14, height))
+    fig.subplots_adjust(left=0.43, right=0.98, top=1 - 0.15 / height, bottom=1.25 / height)
     for y, (label, diff, low, high, smallest, verdict) in enumerate(rows):
         if smallest:
             axis.fill_betweenx([y - 0.35, y + 0.35], -100 * smallest, 100 * smallest, color="#f1e3b0", zorder=0)
         axis.plot([low, high], [y, y], color=VERDICT_COLOUR[verdict], lw=3, solid_capstyle="round", zorder=2)
         axis.plot(diff, y, "o", color="black", ms=5, zorder=3)
     axis.axvline(0, color="black", lw=1)
-    axis.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=10)
+    import textwrap
+
+    axis.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r[0], 62)) for r in rows], fontsize=10)
     axis.invert_yaxis()
     axis.tick_params(axis="x", labelsize=10)
     axis.set_xlabel("A − B in points of the chapter's headline metric (dot: mean over paired seeds; bar: 95 % interval)",
                     fontsize=10)
     handles = [Patch(color=c, label=v) for v, c in VERDICT_COLOUR.items()]
     handles.append(Patch(color="#f1e3b0", label="± the paper's effect applied here"))
-    axis.legend(handles=handles, fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.55 / height * 6), ncol=3,
-                frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=handles, fontsize=10, loc="lower center", ncol=5, frameon=False, bbox_to_anchor=(0.5, 0.0))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=150, bbox_inches="tight")
+    fig.savefig(tmp, dpi=150)
     plt.close(fig)
     tmp.replace(path)
     return path
