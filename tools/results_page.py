@@ -322,9 +322,9 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
             label = f"{papers[chapter]['title']}: {claim['names'][0]} vs {claim['names'][1]}{where}"
             rows.append((label + (" (book)" if claim.get("origin") == "book" else ""), 100 * cmp["difference"],
                          100 * cmp["low"], 100 * cmp["high"], claim.get("smallest_effect"), claim["verdict"]))
-    height = 1.6 + 0.42 * max(1, len(rows))
-    fig, axis = plt.subplots(figsize=(14, height))
-    fig.subplots_adjust(left=0.43, right=0.98, top=1 - 0.15 / height, bottom=1.25 / height)
+    height = 1.9 + 0.46 * max(1, len(rows))
+    fig, axis = plt.subplots(figsize=(9.5, height))  # the book's column shows 9.5 in at >= 1 px per point
+    fig.subplots_adjust(left=0.47, right=0.98, top=1 - 0.15 / height, bottom=1.55 / height)
     for y, (label, diff, low, high, smallest, verdict) in enumerate(rows):
         if smallest:
             axis.fill_betweenx([y - 0.35, y + 0.35], -100 * smallest, 100 * smallest, color="#f1e3b0", zorder=0)
@@ -333,14 +333,14 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
     axis.axvline(0, color="black", lw=1)
     import textwrap
 
-    axis.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r[0], 62)) for r in rows], fontsize=10)
+    axis.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r[0], 44)) for r in rows], fontsize=10)
     axis.invert_yaxis()
     axis.tick_params(axis="x", labelsize=10)
-    axis.set_xlabel("A − B in points of the chapter's headline metric (dot: mean over paired seeds; bar: 95 % interval)",
+    axis.set_xlabel("A − B in points of the chapter's headline metric\n(dot: mean over paired seeds; bar: 95 % interval)",
                     fontsize=10)
     handles = [Patch(color=c, label=v) for v, c in VERDICT_COLOUR.items()]
     handles.append(Patch(color="#f1e3b0", label="± the paper's effect applied here"))
-    fig.legend(handles=handles, fontsize=10, loc="lower center", ncol=5, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, fontsize=10, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=150)
