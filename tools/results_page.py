@@ -228,8 +228,6 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         "",
     ]
     for chapter in chapters:
-        if chapter not in papers:
-            raise MissingMetric(f"{chapter}: in _toc.yml but not in book/papers.yaml; add its claims there")
         info, metrics = papers[chapter], load_metrics(chapter, metrics_dir)
         seeds = (metrics.get("settings") or {}).get("seeds")
         run = f"{metrics.get('config', 'small')} config, seeds {', '.join(map(str, seeds))}" if seeds else "small config"
