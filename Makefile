@@ -9,7 +9,7 @@
 #                     the medium set-up step first when a medium chapter runs; metrics copied to book/metrics/),
 #                     render book/results.md
 #                     from them and book/papers.yaml, then build the book into _build/html
-#   make test         setup, then pytest on TEST_WORKERS processes (default 2, pytest-xdist): nbval runs each
+#   make test         setup, the linter (ruff: pyproject.toml), then pytest on TEST_WORKERS processes (default 2, pytest-xdist): nbval runs each
 #                     committed notebook (computing its features into the store) before the tests that check
 #                     its run, on the same worker (groups: conftest.py); the other test files share the rest
 #   make sync         re-pair notebooks/*.py (py:percent, the source) with their .ipynb (jupytext)
@@ -48,6 +48,7 @@ book: setup
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 test: setup
+	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=12 notebooks --nbval-lax tests
 
 sync: setup

@@ -127,7 +127,8 @@ def best_times(functions: dict[str, Callable[[], object]], repeats: int, device:
 def parser(description: str, name: str) -> argparse.ArgumentParser:
     """The flags every benchmark takes: ``--quick`` (tiny sizes, for tests), ``--device``, ``--threads``, ``--out``."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): checks the benchmark runs, not its numbers")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes (seconds): checks the benchmark runs, not its numbers")
     p.add_argument("--device", default="cpu", help="cpu or cuda (GPU runs use bf16 autocast and resident tensors)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--out", default=str(RESULTS_DIR / f"{name}.json"))

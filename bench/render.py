@@ -158,8 +158,9 @@ def vision_section(report: dict) -> list[str]:
     rows = []
     for r in report["results"]:
         net, enc = r["network_images_per_s"], r.get("encode_images_per_s", {})
-        rows.append([r["case"], r["fast_path"].replace(" (lib backend='onnx')", ""), net["eager"], net["fast"], enc.get("eager"), enc.get("fast"),
-                     r["max_abs_difference"], r["max_abs_feature"], 1.0 - r["min_cosine"]])
+        rows.append([r["case"], r["fast_path"].replace(" (lib backend='onnx')", ""), net["eager"], net["fast"],
+                     enc.get("eager"), enc.get("fast"), r["max_abs_difference"], r["max_abs_feature"],
+                     1.0 - r["min_cosine"]])
     c = report["config"]
     return [f"{c['images']} real emoji drawings per case, batch {c['batch_size']}, best of {c['repeats']} "
             "interleaved rounds. *network*: the forward pass on prepared pixels (what the backend changes); "
@@ -218,8 +219,8 @@ def training_section(report: dict) -> list[str]:
             "*loader*: `DataLoader(TensorDataset)`; *resident*: slices of tensors held in memory; *fit bf16*: the "
             "same `fit` with `precision: bf16` (bfloat16 autocast; measured on the CPU only, where it pays only with "
             "bfloat16 units, see the text features in bfloat16 below).", "",
-            *table(["case", "fit steps/s", "fit bf16 steps/s", "loader steps/s", "resident batches/s", "loader batches/s",
-                    "step GFLOP/s", "matmul GFLOP/s"], [[r[0], *r[5:]] for r in rows])]
+            *table(["case", "fit steps/s", "fit bf16 steps/s", "loader steps/s", "resident batches/s",
+                    "loader batches/s", "step GFLOP/s", "matmul GFLOP/s"], [[r[0], *r[5:]] for r in rows])]
 
 
 def scaling_section(report: dict, figure: str | None) -> list[str]:
@@ -239,7 +240,8 @@ def scaling_section(report: dict, figure: str | None) -> list[str]:
              "by about that, and precompute memory, which holds one shard at a time, should not grow at all.", ""]
     if figure:
         lines += [f"```{{figure}} {figure}", ":name: fig-performance-scaling",
-                  ":alt: two panels: seconds versus rows and peak added memory versus rows, for precompute and train", "",
+                  ":alt: two panels: seconds versus rows and peak added memory versus rows, for precompute and "
+                  "train", "",
                   "Time (left) and peak added memory (right) of precompute into the store and of one training "
                   "epoch, each size in a fresh process. A straight line means a cost linear in the rows; a flat "
                   "one, a cost that does not grow.", "```", ""]
@@ -277,16 +279,18 @@ def facets_section(report: dict) -> list[str]:
 
 
 def precision_section(report: dict) -> list[str]:
-    rows = [[r["model"].removeprefix("offline/"), r["pooling"], r["texts_per_s"]["float32"], r["texts_per_s"]["bfloat16"],
-             r["max_abs_difference"], r["max_relative_difference"], f"{r['min_cosine']:.5f}", r["same_nearest_neighbour"]]
+    rows = [[r["model"].removeprefix("offline/"), r["pooling"], r["texts_per_s"]["float32"],
+             r["texts_per_s"]["bfloat16"], r["max_abs_difference"], r["max_relative_difference"],
+             f"{r['min_cosine']:.5f}", r["same_nearest_neighbour"]]
             for r in report["results"]]
     units = ", ".join(f"`{u}`" for u in machine_of(report)["bf16_units"]) or "none"
-    lines = [f"{report['captions']} emoji captions (label and keywords), batch {report['batch_size']}, through each model "
-             "twice in the same process: float32 (the eager baseline every config uses unless it says otherwise) and "
-             "bfloat16 (`dtype: bfloat16` in a text model's config entry; the dtype is part of the store key). "
-             f"This CPU's bfloat16 units: {units}. *cos*: cosine between a text's float32 and bfloat16 features; "
-             "*same NN*: share of texts whose nearest other text is the same in both: the features move little, but enough to "
-             "reorder close neighbours, so a chapter that switches a model to bfloat16 re-measures its results.", "",
+    lines = [f"{report['captions']} emoji captions (label and keywords), batch {report['batch_size']}, through each "
+             "model twice in the same process: float32 (the eager baseline every config uses unless it says "
+             "otherwise) and bfloat16 (`dtype: bfloat16` in a text model's config entry; the dtype is part of the "
+             f"store key). This CPU's bfloat16 units: {units}. *cos*: cosine between a text's float32 and bfloat16 "
+             "features; *same NN*: share of texts whose nearest other text is the same in both: the features move "
+             "little, but enough to reorder close neighbours, so a chapter that switches a model to bfloat16 "
+             "re-measures its results.", "",
              *table(["model", "pooling", "float32 /s", "bfloat16 /s", "max abs diff", "max rel diff", "min cos",
                      "same NN"], rows), ""]
     emulated = report.get("without_bf16_units")
@@ -362,11 +366,13 @@ def draw_figures(loaded, folder: Path) -> None:
         ax.legend(handles, list(colours), title="benchmark", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
         fig.savefig(folder / "performance-ratios.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-    scaling = [report for label, report in loaded if _name((label, report)) == "scaling" and not label.startswith("gpu/")]
+    scaling = [report for label, report in loaded
+               if _name((label, report)) == "scaling" and not label.startswith("gpu/")]
     if scaling:
         points = pd.DataFrame(scaling[0]["points"])
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-        for ax, column, label in ((axes[0], "seconds", "seconds"), (axes[1], "peak_added_mb", "peak added memory (MB)")):
+        for ax, column, label in ((axes[0], "seconds", "seconds"),
+                                  (axes[1], "peak_added_mb", "peak added memory (MB)")):
             sns.lineplot(points, x="rows", y=column, hue="task", marker="o", ax=ax)
             ax.set_xlabel("rows (synthetic features)")
             ax.set_ylabel(label)

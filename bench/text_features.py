@@ -24,7 +24,8 @@ NAME = "text_features"
 def padding_waste(lengths: list[int], batch_size: int, sort: bool) -> float:
     """Fraction of token slots that are padding when batching ``lengths`` (sorted or not)."""
     order = sorted(lengths) if sort else list(lengths)
-    slots = sum(max(order[i : i + batch_size]) * len(order[i : i + batch_size]) for i in range(0, len(order), batch_size))
+    slots = sum(max(order[i : i + batch_size]) * len(order[i : i + batch_size])
+                for i in range(0, len(order), batch_size))
     return 1.0 - sum(lengths) / slots
 
 

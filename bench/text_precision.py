@@ -50,7 +50,7 @@ def measure(model: str, pooling: str, texts: list[str], batch_size: int, repeats
     encoders = {d: TextEncoder(model, pooling=pooling, batch_size=batch_size, dtype=d, device=device) for d in dtypes}
     features = {}
     with torch.no_grad():
-        for dtype, encoder in encoders.items():  # warm-up: allocator, oneDNN's kernels for these shapes
+        for _dtype, encoder in encoders.items():  # warm-up: allocator, oneDNN's kernels for these shapes
             encoder.encode(texts[: min(8, len(texts))], progress=False)
 
         def run(dtype):
@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
         found = measure(model, pooling, texts, args.batch_size, repeats, ("float32", "bfloat16"), args.device)
         row = {"model": model, "pooling": pooling, "texts": len(texts), "texts_per_s": found["texts_per_s"],
                "seconds": found["seconds"], **agreement(found["features"]["float32"], found["features"]["bfloat16"])}
-        print(f"{model}: float32 {row['texts_per_s']['float32']:.1f}/s, bfloat16 {row['texts_per_s']['bfloat16']:.1f}/s,"
+        print(f"{model}: float32 {row['texts_per_s']['float32']:.1f}/s, "
+              f"bfloat16 {row['texts_per_s']['bfloat16']:.1f}/s,"
               f" min cosine {row['min_cosine']:.5f}", flush=True)
         results.append(row)
     emulated = None

@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append(record)
                 computed = sum(map(len, record["computed_by_rank"])) + len(record["completed_by_rank_0"])
                 ranks = ",".join(str(len(s)) for s in record["computed_by_rank"])
-                late = f", {len(record['completed_by_rank_0'])} completed by rank 0" if record["completed_by_rank_0"] else ""
+                late = (f", {len(record['completed_by_rank_0'])} completed by rank 0"
+                        if record["completed_by_rank_0"] else "")
                 items = f" ({record['items']} sequences)" if "items" in record else ""
                 print(f"{args.chapter} {record['name']}: key {record['key'][:12]}, {record['rows']} rows{items} x "
                       f"{record['dim']}, {record['shards']} shards (computed per rank [{ranks}]{late}, "

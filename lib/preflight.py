@@ -66,7 +66,8 @@ class Report:
         return not self.problems
 
     def lines(self) -> list[str]:
-        head = f"pre-flight {self.chapter} ({self.config}): " + ("ok" if self.ok else f"{len(self.problems)} problem(s)")
+        head = (f"pre-flight {self.chapter} ({self.config}): "
+                + ("ok" if self.ok else f"{len(self.problems)} problem(s)"))
         return [head, *(f"  problem: {p}" for p in self.problems), *(f"  {f}" for f in self.facts)]
 
     def as_dict(self) -> dict:
@@ -133,9 +134,12 @@ def _model(name: str, revision: str | None, library: str, *, tokenizer_only: boo
     except Exception:  # noqa: BLE001 - an architecture that cannot be built on meta: no estimate, not a problem
         info["params"] = info["active_params"] = 0
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    info["width"] = int(next((getattr(text, k) for k in ("hidden_size", "d_model") if isinstance(getattr(text, k, None), int)), 0))
-    info["layers"] = int(next((getattr(text, k) for k in ("num_hidden_layers", "num_layers") if isinstance(getattr(text, k, None), int)), 0))
-    info["ffn"] = int(next((getattr(text, k) for k in ("intermediate_size", "d_ff") if isinstance(getattr(text, k, None), int)), 4 * info["width"]))
+    info["width"] = int(next((getattr(text, k) for k in ("hidden_size", "d_model")
+                              if isinstance(getattr(text, k, None), int)), 0))
+    info["layers"] = int(next((getattr(text, k) for k in ("num_hidden_layers", "num_layers")
+                               if isinstance(getattr(text, k, None), int)), 0))
+    info["ffn"] = int(next((getattr(text, k) for k in ("intermediate_size", "d_ff")
+                            if isinstance(getattr(text, k, None), int)), 4 * info["width"]))
     info["patch"] = getattr(config, "patch_size", None)
     if library == "transformers" and config.model_type != "dinov2":
         try:
@@ -331,12 +335,12 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
         fits = int(t["rows"] * max(0.9 * free_gpu - t["logits_bytes"], 0) / max(t["resident_bytes"], 1))
         report.problems.append(f"device {device}: training keeps its features resident, about "
                                f"{t['resident_bytes'] / 2**30:.0f} GiB for {t['rows']:,} rows (plus "
-                               f"{t['logits_bytes'] / 2**30:.1f} GiB of logits), {free_gpu / 2**30:.0f} GiB are free: set "
-                               f"data.limit to about {fits:,} or fewer training pairs, or use a larger GPU")
+                               f"{t['logits_bytes'] / 2**30:.1f} GiB of logits), {free_gpu / 2**30:.0f} GiB are "
+                               f"free: set data.limit to about {fits:,} or fewer training pairs, or use a larger GPU")
     available = psutil.virtual_memory().available
     if report.host_bytes > available:
-        report.problems.append(f"host memory: loading the largest checkpoint takes about {report.host_bytes / 2**30:.1f} "
-                               f"GiB of RAM, {available / 2**30:.1f} GiB are available")
+        report.problems.append(f"host memory: loading the largest checkpoint takes about "
+                               f"{report.host_bytes / 2**30:.1f} GiB of RAM, {available / 2**30:.1f} GiB are available")
     root = Path(store_root) if store_root else paths.cache_root() / "store"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -350,7 +354,8 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
     if free < 1.1 * report.store_bytes:
         report.problems.append(f"store {root}: {free / 1e9:.1f} GB free, the features need about "
                                f"{report.store_bytes / 1e9:.1f} GB: free space or point LIB_CACHE_DIR elsewhere")
-    missing = sum(i.get("host_bytes", 0) for n, i in report.models.items() if i.get("hub") and not _cached_weights(n, None))
+    missing = sum(i.get("host_bytes", 0) for n, i in report.models.items()
+                  if i.get("hub") and not _cached_weights(n, None))
     if missing:
         from huggingface_hub.constants import HF_HUB_CACHE
 
@@ -421,8 +426,8 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
         flops = (f", {t['flops']:.2e} FLOPs, {t['flops'] / (ASSUMED_TFLOPS * 1e12) / 3600:.2f} GPU-hours at most "
                  "(early stopping shortens it)") if t.get("flops") else ""
         report.facts.append(f"training ({runs} of {t['steps']:,} steps at batch {t['batch_size']:,}): "
-                            f"{t['resident_bytes'] / 2**30:.1f} GiB of resident features, {t['logits_bytes'] / 2**30:.1f} "
-                            f"GiB of contrastive logits per step{flops}")
+                            f"{t['resident_bytes'] / 2**30:.1f} GiB of resident features, "
+                            f"{t['logits_bytes'] / 2**30:.1f} GiB of contrastive logits per step{flops}")
     return report
 
 
@@ -446,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           "notebooks' `overrides` parameter)")
     parser.add_argument("--store", default=None)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the report (estimates per entry) as JSON")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write the report (estimates per entry) as JSON")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1" if args.config in ("small", "medium") else "0")
     report = check(args.chapter, args.config, overrides=args.overrides, store_root=args.store, device=args.device)

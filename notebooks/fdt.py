@@ -114,7 +114,8 @@ from lib.preflight import require
 from lib.core import features, notebook, paths
 from lib.core.results import RULE, write_metrics, findings_table
 from lib.core.store import FeatureStore
-from lib.nn.sparsemax import sparsemax
+from lib.methods import fdt as fdt_method
+from lib.nn.sparsemax import sparsemax, sparsemax_threshold
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -194,7 +195,14 @@ print(f"training pairs: {feats.image(bench.train)!r}\n                {feats.cap
 # (`lib.nn.sparsemax`, checked against the `entmax` package in the tests). Because the kept weights
 # must sum to 1, τ sits where the scores above it add up to 1 beyond it: whether sparsemax is sparse
 # depends on the **spread** of the scores. Dividing them by a temperature shrinks the spread and
-# switches more entries on.
+# switches more entries on. In symbols (Martins & Astudillo, 2016), for scores $z \in \mathbb{R}^K$ sorted as
+# $z_{(1)} \ge \dots \ge z_{(K)}$:
+#
+# $$\operatorname{sparsemax}(z)_i = \max(z_i - \tau(z), 0),\qquad k(z) = \max\Big\{k : 1 + k\,z_{(k)} > \sum_{j \le k} z_{(j)}\Big\},
+# \qquad \tau(z) = \frac{\sum_{j \le k(z)} z_{(j)} - 1}{k(z)}.$$
+
+# %%
+notebook.show_source(sparsemax_threshold)
 
 # %%
 scores = torch.tensor([2.0, 1.6, 1.1, 0.4, 0.1, -0.3, -0.6, -1.2])
@@ -247,6 +255,20 @@ display(init_table.style.hide(axis="index").format({"temperature": "{:g}", "acti
 # 4. CLIP's symmetric InfoNCE with a learnable logit scale, its logarithm clamped to [3, 6] as in
 #    the official training loop (a scale between e³ ≈ 20 and the cap of 100).
 #
+# In the paper's notation (Eqs. 4–8) with the official scale $s$: for tokens $x_1 \dots x_T$ of one item and codes
+# $c_1 \dots c_K$,
+#
+# $$r_i = \max_{j \le T} \, s\,\langle P(x_j), c_i\rangle, \qquad w = \operatorname{sparsemax}(r), \qquad
+# e = \frac{\sum_i w_i c_i}{\lVert \sum_i w_i c_i \rVert}.$$
+#
+# The three steps as `lib.methods.fdt` implements them (the relevance, the weights, and the head method that
+# chains them):
+
+# %%
+display(notebook.show_source(fdt_method.relevance), notebook.show_source(fdt_method.code_weights),
+        notebook.show_source(fdt_method.FDTHead.codes))
+
+# %% [markdown]
 # The codebook is shared by both modalities: it is the only place where images and words meet. The
 # diagram is drawn from a real head of this config run on one held-out pair; every shape and count in
 # it is read from that forward pass (`lib.chapters.fdt_figures.method_diagram`).
@@ -256,7 +278,6 @@ torch.manual_seed(0)
 fresh = fdt.build_fdt(cfg.fdt, image_dim, text_dim)
 fdt_figures.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
 plt.show()
-print(fresh)
 print(f"trainable parameters: {sum(p.numel() for p in fresh.parameters()):,}")
 
 # %% [markdown]

@@ -111,10 +111,11 @@ from lib.chapters import flame, flame_medium
 from lib.core import config as configs
 from lib.preflight import require
 from lib.core import features, notebook, paths
-from lib.core.facets import clean_caption
+from lib.core.facets import clean_caption, decoupled_inputs
 from lib.core.results import RULE, Runs, compare, versus, write_metrics, findings_table
 from lib.core.store import FeatureStore
-from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, Flame, official_caption
+from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, FlameProjector, official_caption
+from lib.nn.losses import facet_clip_loss, multi_positive_sigmoid_loss
 
 started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
 
@@ -207,6 +208,18 @@ encoder = features.ENCODERS.get(cfg.text, cfg.device)  # the same pool the featu
 fig = flame.facet_mask_figure(encoder, min(text_sets["train"][0], key=len))
 
 # %% [markdown]
+# In symbols: with segment $s(j)\in\{\text{pad}, 0, 1, \dots, K\}$ of token $j$ (0 is the shared prefix), query $i$
+# may attend to key $j$ iff
+#
+# $$j \le i,\qquad s(j) \ne \text{pad},\qquad s(j) = 0 \;\lor\; s(j) = s(i),$$
+#
+# and suffix $k$'s positions restart at the prefix length $P$: $\text{pos}(j) = P + (j - \text{start}_k)$. This is
+# the function that builds the mask, the position ids and the read-out columns (`lib.core.facets`):
+
+# %%
+notebook.show_source(decoupled_inputs)
+
+# %% [markdown]
 # Each facet's final state is then what a separate pass over `prefix + suffix_k` gives, up to the arithmetic's
 # rounding. The check below runs both on a few captions with the chapter's LLM, in float32 (where they must agree
 # to float rounding: about 1e-5 on values up to ~50) and, when the run computes in bfloat16, in bfloat16 too,
@@ -261,7 +274,11 @@ print(found.summary())
 #
 # **Paper, Eq. 1**: one CLIP InfoNCE per facet, summed, a learnable temperature starting at 0.07
 # (`lib.nn.losses.facet_clip_loss`): the image must pick out its own caption's facet-k embedding among the
-# batch's facet-k embeddings, for every k.
+# batch's facet-k embeddings, for every k. With $v_i$ the image embedding and $t_i^{k}$ caption $i$'s facet-$k$
+# embedding (both L2-normalised) and $\tau$ the temperature,
+#
+# $$\mathcal{L} = \sum_{k=1}^{K} \frac{1}{2N}\sum_{i=1}^{N}\left[-\log\frac{e^{\langle v_i, t_i^k\rangle/\tau}}{\sum_j e^{\langle v_i, t_j^k\rangle/\tau}}
+# -\log\frac{e^{\langle v_i, t_i^k\rangle/\tau}}{\sum_j e^{\langle v_j, t_i^k\rangle/\tau}}\right].$$
 #
 # **Official code**: a multi-positive *sigmoid* loss (`lib.nn.losses.multi_positive_sigmoid_loss`): every
 # image–embedding pair is a binary problem, all of an image's embeddings are positives, τ = 0.1 and a
@@ -269,9 +286,11 @@ print(found.summary())
 #
 # At test time a caption's single embedding is the mean of its K facet states, renormalised (the
 # official `encode_text(infer=True)`); a short text is embedded under one prompt only (next sections).
+# The projector and the two losses, as `lib` implements them:
 
 # %%
-print(Flame(feats.image("train").shape[1], feats.facets("train").shape[2], hidden_dim=cfg.projector_hidden).image_head)
+display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_loss),
+        notebook.show_source(multi_positive_sigmoid_loss))
 
 # %% [markdown]
 # ## Three ways to align the same data

@@ -105,7 +105,6 @@ output_dir = "runs/three_towers"  # where metrics.json is written
 overrides = None  # a YAML mapping merged over the config section (rehearsals)
 
 # %%
-import inspect
 
 from IPython.display import display
 
@@ -228,8 +227,8 @@ plt.tight_layout()
 # two remaining terms, e.g. $\frac{1}{2} \cdot (\mathcal{L}_{f_h \leftrightarrow h_f} + \mathcal{L}_{g_h \leftrightarrow h_g})$).
 
 # %%
-print(inspect.getsource(tt.ThreeTowers.term_losses))
-print(inspect.getsource(tt.ThreeTowers.loss))
+display(notebook.show_source(tt.ThreeTowers.term_losses, docstrings=True),
+        notebook.show_source(tt.ThreeTowers.loss, docstrings=True))
 
 # %% [markdown]
 # The baselines are the same class: **scratch** keeps only $\mathcal{L}_{f\leftrightarrow g}$ (CLIP);

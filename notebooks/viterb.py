@@ -316,8 +316,18 @@ print(found.summary())
 #
 # **Scoring** (`lib.chapters.viterb.unseen_score`): an image's score for an unseen class is the mean, over
 # that class's texts, of the cosine between the image and the head's embedding of the text; the image goes
-# to the highest-scoring unseen class; the score is the mean per-class accuracy.
+# to the highest-scoring unseen class; the score is the mean per-class accuracy. With $\mathcal{T}_c$ the texts of
+# unseen class $c$, $f$ the frozen image feature and $g$ the head on the frozen text feature,
 #
+# $$\hat{y}(x) = \arg\max_{c \in \text{unseen}} \frac{1}{|\mathcal{T}_c|}\sum_{t \in \mathcal{T}_c} \langle f(x), g(t)\rangle
+# = \arg\max_{c} \Big\langle f(x), \frac{1}{|\mathcal{T}_c|}\sum_{t \in \mathcal{T}_c} g(t)\Big\rangle,$$
+#
+# which is how `lib` computes it (one mean text embedding per class, no images × texts matrix):
+
+# %%
+notebook.show_source(viterb.unseen_score)
+
+# %% [markdown]
 # The runs: every language model × text type × dataset × seed (the main grid), plus four smaller studies
 # described below (a shuffled-text control, the encoder's other pooling, the bare class name, a second
 # vision model).

@@ -40,7 +40,8 @@ def _numbers(obj):
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_quick_run_writes_a_complete_result(name, tmp_path, single_thread):
     out = tmp_path / f"{name}.json"
-    importlib.import_module(f"bench.{name}").main(["--quick", "--threads", "1", "--out", str(out), *EXTRA.get(name, [])])
+    importlib.import_module(f"bench.{name}").main(["--quick", "--threads", "1", "--out", str(out),
+                                                   *EXTRA.get(name, [])])
     report = json.loads(out.read_text())
     machine = render.machine_of(report)
     for key in ("cpu", "cpu_count", "torch_threads", "torch", "gpu", "date"):
@@ -50,7 +51,8 @@ def test_quick_run_writes_a_complete_result(name, tmp_path, single_thread):
     assert ratios or name == "scaling"
     for r in ratios:
         assert {"name", "value", "baseline", "candidate", "measure"} <= set(r)
-        assert all(math.isfinite(x) and x > 0 for x in (r["value"], r.get("baseline_value", 1), r.get("candidate_value", 1)))
+        assert all(math.isfinite(x) and x > 0
+                   for x in (r["value"], r.get("baseline_value", 1), r.get("candidate_value", 1)))
     assert all(math.isfinite(x) and x >= 0 for x in _numbers(report))
     if name == "scaling":
         assert all(p["seconds"] > 0 and p["peak_rss_mb"] > 0 for p in report["points"])

@@ -61,8 +61,8 @@ def site(tmp_path_factory):
     if not _mathjax_source().is_file():  # the project's own set-up vendors it (npm package mathjax)
         subprocess.run(["bash", "tools/setup.sh"], cwd=ROOT, check=True, env={**os.environ, "SETUP_STEPS": "mathjax"})
     out = tmp_path_factory.mktemp("book")
-    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", ".", "--config", "book/_config.yml",
-                            "--toc", "_toc.yml", "--path-output", str(out)],
+    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", ".",
+                            "--config", "book/_config.yml", "--toc", "_toc.yml", "--path-output", str(out)],
                            cwd=ROOT, capture_output=True, text=True)
     html = out / "_build" / "html"
     assert build.returncode == 0 and (html / "index.html").is_file(), build.stdout[-3000:] + build.stderr[-3000:]
@@ -96,9 +96,29 @@ def test_the_build_has_no_warnings(site):
     assert site["warnings"] == [], "\n".join(site["warnings"])
 
 
+def offline_context(browser, viewport: dict, blocked: list[str] | None = None):
+    """A browser context in which every request that is not for localhost is aborted (and recorded in
+    ``blocked``): CI has no network, and a request to the outside may hang there rather than fail, which
+    would hold ``networkidle`` past its timeout. Whether a page asks for the network at all is
+    `test_no_page_needs_the_network`'s question."""
+    context = browser.new_context(viewport=viewport)
+
+    def offline(route):
+        if urlparse(route.request.url).hostname in LOCAL_HOSTS:
+            route.continue_()
+        else:
+            if blocked is not None:
+                blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", offline)
+    return context
+
+
 def test_every_page_loads_cleanly_with_its_images(site, browser):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    context = offline_context(browser, {"width": 1280, "height": 900})
+    page = context.new_page()
     problems = []
     for source in toc_pages():
         url = urljoin(site["url"], f"{source}.html")
@@ -118,7 +138,7 @@ def test_every_page_loads_cleanly_with_its_images(site, browser):
             "img", "els => els.filter(e => !(e.complete && e.naturalWidth > 0 && e.naturalHeight > 0)).map(e => e.src)")
         problems += [f"{source}: image not loaded: {src}" for src in broken]
         page.screenshot(path=str(SCREENSHOTS / f"{source.replace('/', '__')}.png"))
-    page.close()
+    context.close()
     assert not problems, "\n".join(problems)
 
 
@@ -274,17 +294,8 @@ def survey(site, browser):
     problems_dir.mkdir(parents=True, exist_ok=True)
     for old in problems_dir.glob("*.png"):
         old.unlink()
-    context = browser.new_context(viewport=READER_VIEWPORT)
     blocked: list[str] = []
-
-    def offline(route):
-        if urlparse(route.request.url).hostname in LOCAL_HOSTS:
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", offline)
+    context = offline_context(browser, READER_VIEWPORT, blocked)
     page = context.new_page()
     pages = {}
     for source in toc_pages():
@@ -491,5 +502,6 @@ def test_the_first_screen_of_the_intro_results_and_every_chapter_states_a_findin
 
 def test_no_page_shows_internal_ids(survey):
     """Claim ids such as [mlp_beats_linear] and rule constants are for code, not for a reader."""
-    lines = [line for source, data in survey.items() for line in _grouped(source, "an internal id", data["internalIds"])]
+    lines = [line for source, data in survey.items()
+             for line in _grouped(source, "an internal id", data["internalIds"])]
     assert not lines, _report(lines)

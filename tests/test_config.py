@@ -196,7 +196,8 @@ def test_yaml_exponent_strings_become_floats_and_defaults_fill_in():
     assert cfg.head == HeadConfig() and cfg.text[0].layer == -1 and cfg.vision[0].image_size is None
 
 
-@pytest.mark.parametrize("betas, problem", [([0.9], "two numbers"), ([0.9, 1.2], "in [0, 1)"), ([0.9, 0.9, 0.9], "two")])
+@pytest.mark.parametrize("betas, problem", [([0.9], "two numbers"), ([0.9, 1.2], "in [0, 1)"),
+                                            ([0.9, 0.9, 0.9], "two")])
 def test_betas_are_checked_for_length_and_range_on_load(betas, problem):
     with pytest.raises(ConfigError, match=r"small.train: betas must be two numbers in \[0, 1\)"):
         load("sharelock", "small", ShareLockConfig, {"train": {"betas": betas}})
@@ -252,7 +253,8 @@ def test_an_error_message_never_spells_out_a_huge_value():
 
 
 @pytest.mark.parametrize("seeds, problem", [([0, 1, 0], r"seeds: 0 appears more than once"),
-                                            ([0, -1], r"seeds: -1 is not allowed; expected integers in \[0, 4294967295\]"),
+                                            ([0, -1], r"seeds: -1 is not allowed; expected integers in "
+                                                      r"\[0, 4294967295\]"),
                                             ([2**40], r"seeds: 1099511627776 is not allowed")])
 def test_repeated_or_absurd_seeds_are_refused_in_one_line(seeds, problem):
     with pytest.raises(ConfigError, match=problem):

@@ -305,7 +305,8 @@ def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_pat
         with pytest.raises(DatasetMissingError, match=r"has \d+ bytes, not \d+: the unpacked emoji corpus is "
                                                       r"damaged; run `python -m lib.data.emoji --re-extract`"):
             emoji.corpus_dir()
-        with pytest.raises(BadImageError, match=r"is not a readable image .*run `python -m lib.data.emoji --re-extract`"):
+        with pytest.raises(BadImageError,
+                           match=r"is not a readable image .*run `python -m lib.data.emoji --re-extract`"):
             concept.image("google")
         emoji.re_extract()
         assert concept.image("google").size == (64, 64)

@@ -164,7 +164,8 @@ def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_pa
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--chapter", "sharelok"], "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows sharelock,"),
+    (["--chapter", "sharelok"],
+     "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows sharelock,"),
     (["--chapter", "sharelock", "--config", "huge"], "'huge' is not allowed; expected one of small,"),
     (["--chapter", "sharelock", "--only", "text:nothing*"], "--only text:nothing* matches none of the"),
     (["--chapter", "sharelock", "--limit", "0"], "--limit 0: expected a positive number"),

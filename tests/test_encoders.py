@@ -218,7 +218,8 @@ def test_vision_preprocessing_follows_the_config(efficientnet, dinov2):
     assert tuple(dinov2.data_config["mean"]) == pytest.approx((0.485, 0.456, 0.406))  # the HF processor's
     for encoder in (efficientnet, dinov2):
         spec = encoder.cache_spec()
-        assert spec["model"]["sha256"] and spec["preprocessing"]["input_size"] == list(encoder.data_config["input_size"])
+        assert (spec["model"]["sha256"]
+                and spec["preprocessing"]["input_size"] == list(encoder.data_config["input_size"]))
 
 
 def test_dinov2_feature_is_the_cls_token(dinov2, emoji_images):

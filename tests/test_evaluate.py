@@ -89,7 +89,8 @@ def test_zero_shot_classifier_equals_open_clip():
     def tokenizer(texts):
         return torch.tensor([vocab.index(t) for t in texts])
 
-    ref = build_zero_shot_classifier(Model(), tokenizer, classes, [lambda c, t=t: t.replace("{c}", c) for t in templates],
+    ref = build_zero_shot_classifier(Model(), tokenizer, classes,
+                                     [lambda c, t=t: t.replace("{c}", c) for t in templates],
                                      num_classes_per_batch=5)
     torch.testing.assert_close(zero_shot_classifier(enc, classes, templates), ref.T)
 

@@ -221,7 +221,8 @@ def test_official_log_scale_bounds_clamp_the_parameter(kind):
     make = (lambda **kw: FDTHead(DI, DT, num_codes=K, code_dim=D, **kw)) if kind == "fdt" else \
         (lambda **kw: PooledHead(DI, DT, embed_dim=D, **kw))
     free, clamped = make(), make(log_scale_bounds=OFFICIAL_LOG_SCALE_BOUNDS)
-    assert float(free.criterion.log_scale.detach()) == pytest.approx(math.log(1 / 0.07))  # 2.66, below the official floor
+    # 2.66, below the official floor
+    assert float(free.criterion.log_scale.detach()) == pytest.approx(math.log(1 / 0.07))
     batch = _batch()
     # The first loss lifts the parameter to 3 (scale e^3 = 20.1), so the loss is the InfoNCE at that scale.
     loss = clamped.loss(batch)
@@ -234,7 +235,8 @@ def test_official_log_scale_bounds_clamp_the_parameter(kind):
     # Above the ceiling: the parameter is clamped to 6 and the scale then capped at 100 (e^6 = 403).
     with torch.no_grad():
         clamped.criterion.log_scale.fill_(9.0)
-    assert float(clamped.criterion.scale.detach()) == pytest.approx(100.0) and float(clamped.criterion.log_scale.detach()) == 6.0
+    assert (float(clamped.criterion.scale.detach()) == pytest.approx(100.0)
+            and float(clamped.criterion.log_scale.detach()) == 6.0)
     # Without bounds nothing is clamped (the paper states no clamp).
     free.loss(batch)
     assert float(free.criterion.log_scale.detach()) == pytest.approx(math.log(1 / 0.07))

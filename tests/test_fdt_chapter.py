@@ -168,7 +168,8 @@ def test_feature_plan_is_exactly_what_the_chapter_reads():
     assert all(r.tokens == "patches" for r in plan if r.kind == "image-tokens")
     assert [s.name for s in fdt.zero_shot_sets(cfg, bench)] == ["emoji-unseen-google", "fashion-mnist"]
     prompts = plan[f"text-tokens:{cfg.text.name}:prompts:fashion-mnist"]
-    assert prompts.texts == [t.replace("{c}", c) for c in bench.zero_shot[-1].classnames for t in bench.zero_shot[-1].templates]
+    assert prompts.texts == [t.replace("{c}", c) for c in bench.zero_shot[-1].classnames
+                             for t in bench.zero_shot[-1].templates]
 
 
 def test_precompute_lists_the_notebooks_entries(capsys):
@@ -219,7 +220,8 @@ def test_zero_shot_and_retrieval_helpers(tmp_path):
     torch.manual_seed(0)
     head = fdt.build_pooled(fdt.PooledHeadConfig(embed_dim=8), 12, 12)
     images, prompts = _toy_sequences(tmp_path / "i", seed=1), _toy_sequences(tmp_path / "t", seed=2)
-    labelled = SimpleNamespace(name="toy", classnames=[f"c{i}" for i in range(6)], templates=["{c}"], labels=list(range(6)))
+    labelled = SimpleNamespace(name="toy", classnames=[f"c{i}" for i in range(6)], templates=["{c}"],
+                               labels=list(range(6)))
     found = fdt.zero_shot_metrics(head.encode_image, head.encode_text, images, prompts, labelled, batch_size=4)
     assert set(found) == {"acc1", "acc5", "mean_per_class_recall"} and found["acc5"] >= found["acc1"]
     # Row i of the images pairs with row i of the texts; recall can only grow with K.
@@ -255,7 +257,8 @@ def test_claims_follow_the_one_rule():
     cfg = fdt.load_config("small", {"data": {"zero_shot": []}})
     runs = Runs()
     for seed in range(3):
-        runs.add(head="FDT", seed=seed, **{"set/acc1": 0.30 + 0.01 * seed, "weights_as_features/acc1": 0.20 + 0.01 * seed})
+        runs.add(head="FDT", seed=seed,
+                 **{"set/acc1": 0.30 + 0.01 * seed, "weights_as_features/acc1": 0.20 + 0.01 * seed})
         runs.add(head="pooled", seed=seed, **{"set/acc1": 0.10 + 0.01 * seed})
         runs.add(head="softmax", seed=seed, **{"set/acc1": (0.31, 0.29, 0.33)[seed],  # per-seed gaps of both signs
                                                "weights_as_features/acc1": 0.05 + 0.01 * seed})

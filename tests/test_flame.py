@@ -153,7 +153,8 @@ def test_flame_trains_with_the_shared_loop(loss):
 
 
 def test_official_caption_follows_the_official_code():
-    """``multiprompteol_embeddings.py``: a "." unless the caption ends in . ? " ', double quotes to single, "?" to "."."""
+    """``multiprompteol_embeddings.py``: a "." unless the caption ends in . ? " ', double quotes to single, "?"
+    to "."."""
     assert official_caption("a dog on a sofa") == "a dog on a sofa."
     assert official_caption("a dog on a sofa.") == "a dog on a sofa."
     assert official_caption("is it a dog?") == "is it a dog."

@@ -22,7 +22,8 @@ def test_medium_config_validates_and_reads_sharelocks_image_entries():
     assert any(loc in cfg.tux_locales for loc in ("ja", "ru"))  # a non-Latin script
     from lib.chapters import sharelock
 
-    assert cfg.vision == sharelock.load_config("medium").vision[0] and cfg.store == sharelock.load_config("medium").store
+    assert (cfg.vision == sharelock.load_config("medium").vision[0]
+            and cfg.store == sharelock.load_config("medium").store)
     with pytest.raises(ConfigError, match="curve_sizes"):
         flame.load_config("medium", {"curve_sizes": [cfg.train_pairs + 1]})
     with pytest.raises(ConfigError, match="tux_locales"):
@@ -42,7 +43,8 @@ def test_stuck_runs_and_curve_frame_follow_their_definitions():
     assert frame.loc[0, "outcome"] == "FLAME ahead" and frame.loc[0, "FLAME − scratch (points)"] == 20.0
     assert flame_medium.curve_trend(runs, "zero-shot/acc1") == ""  # one size: no trend to tell
     for seed in range(3):
-        runs.add({"method": "flame", "seed": seed, "train_pairs": 200, "best_step": 50, "zero-shot/acc1": 0.3 + seed / 100})
+        runs.add({"method": "flame", "seed": seed, "train_pairs": 200, "best_step": 50,
+                  "zero-shot/acc1": 0.3 + seed / 100})
         runs.add({"method": "scratch", "seed": seed, "train_pairs": 200, "best_step": 50, "zero-shot/acc1": 0.3})
     assert flame_medium.curve_trend(runs, "zero-shot/acc1") == (
         "FLAME − scratch in points, by training pairs: 100: +20.0 (FLAME ahead); 200: +1.0")
@@ -60,5 +62,6 @@ def test_subsets_are_fixed_and_the_multilingual_set_has_a_sentence_per_class():
     assert all(len(s) == len(images.classnames) for s in sentences.values())
     assert sentences["en"] != sentences["ja"]
     texts = flame_medium.text_sets(cfg, bench)
-    assert len(texts["train"][0]) == cfg.train_pairs and len(texts["zero-shot"][0]) == len(bench.zero_shot[0].classnames)
+    assert (len(texts["train"][0]) == cfg.train_pairs
+            and len(texts["zero-shot"][0]) == len(bench.zero_shot[0].classnames))
     assert not set(bench.train.concepts) & set(bench.retrieval.concepts)  # concept-level split

@@ -162,7 +162,8 @@ def test_every_repository_path_a_file_names_exists():
             if target.startswith(IGNORED_PREFIXES) or "*" in target or target.endswith(".html"):
                 continue
             candidate = ROOT / target
-            if not (candidate.exists() or any(Path(f"{candidate}{suffix}").exists() for suffix in (".py", ".md", ".ipynb"))
+            if not (candidate.exists()
+                    or any(Path(f"{candidate}{suffix}").exists() for suffix in (".py", ".md", ".ipynb"))
                     or (ROOT / target.split(".")[0]).exists()):
                 missing.append(f"{path.relative_to(ROOT)} names {target}")
     assert not missing, "references to files the repository does not have:\n" + "\n".join(sorted(set(missing)))

@@ -30,9 +30,10 @@ def tokenizer(tmp_path_factory):
 
 def _lit(image_dim=6, pooling="mean"):
     seed_everything(0)
+    # no dropout: exact checks
     encoder = BertModel(BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                                    intermediate_size=32, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                   attention_probs_dropout_prob=0.0), add_pooling_layer=False)  # no dropout: exact checks
+                                   attention_probs_dropout_prob=0.0), add_pooling_layer=False)
     return LiT(encoder, image_dim, LossConfig(temperature=0.07, learnable=False), pooling=pooling, pad_id=0, chunk=3)
 
 

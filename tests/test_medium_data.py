@@ -154,7 +154,8 @@ def test_tuxpaint_is_photo_like_and_multilingual():
     from lib.data import tuxpaint
 
     photos = tuxpaint.items("photo")
-    assert 250 <= len(photos) <= 450 and all(i["kind"] == "png" and i["flatness"] < tuxpaint.PHOTO_FLATNESS for i in photos)
+    assert 250 <= len(photos) <= 450 and all(i["kind"] == "png" and i["flatness"] < tuxpaint.PHOTO_FLATNESS
+                                             for i in photos)
     locales = tuxpaint.locales()
     assert len(locales) >= 50 and {"de", "fr", "es", "ja"} <= set(locales)
     for item in tuxpaint.items()[:50]:
@@ -203,7 +204,8 @@ def test_medium_corpus_shapes_and_stable_sources(medium):
     image = pairs.load_image(0)
     assert image.mode == "RGBA" and min(image.size) > 0
     zero_shot = medium.labelled("unseen", styles=("color",))
-    assert len(set(zero_shot.classnames)) == len(zero_shot.classnames) and max(zero_shot.labels) < len(zero_shot.classnames)
+    assert (len(set(zero_shot.classnames)) == len(zero_shot.classnames)
+            and max(zero_shot.labels) < len(zero_shot.classnames))
     german = medium.tuxpaint_pairs("de", subset="photo", split=None)
     assert len(german) > 200 and german.source["locale"] == "de" and all(german.captions)
     photos = medium.tuxpaint_labelled("photo", "unseen")
@@ -222,8 +224,10 @@ def test_sharelock_medium_config_builds_a_disjoint_benchmark_and_one_plan(medium
     unseen, photos, seen = bench.zero_shot[:3]
     assert unseen.name == "medium-concepts-unseen" and len(unseen.classnames) > 1000  # a many-class headline test
     assert not set(bench.train.concepts) & set(unseen.classnames)
-    assert not set(bench.val.concepts) & set(unseen.classnames) and not set(bench.train.concepts) & set(bench.val.concepts)
-    assert photos.name == "tuxpaint-photo-unseen" and set(photos.classnames) <= set(unseen.classnames) | set(photos.classnames)
+    assert (not set(bench.val.concepts) & set(unseen.classnames)
+            and not set(bench.train.concepts) & set(bench.val.concepts))
+    assert (photos.name == "tuxpaint-photo-unseen"
+            and set(photos.classnames) <= set(unseen.classnames) | set(photos.classnames))
     assert len(seen.classnames) == len(unseen.classnames) and set(seen.classnames) <= set(bench.train.concepts)
     assert bench.retrieval.ids == unseen.ids  # retrieval among the very images of the headline test
     names = [request.name for request in sharelock.feature_plan(cfg, bench)]

@@ -22,7 +22,8 @@ def _set(ids=("a", "b", "c"), source=None):
 def _decoder(calls):
     def decode(load_image, count, size):
         calls.append((count, size))
-        return torch.arange(count * 3 * size * size, dtype=torch.int64).remainder(256).to(torch.uint8).view(count, 3, size, size)
+        return (torch.arange(count * 3 * size * size, dtype=torch.int64).remainder(256).to(torch.uint8)
+                .view(count, 3, size, size))
     return decode
 
 
@@ -38,7 +39,8 @@ def test_second_read_comes_from_the_cache(tmp_path, monkeypatch):
 def test_size_ids_and_source_key_separate_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("LIB_CACHE_DIR", str(tmp_path))
     keys = {pixel_cache.cache_key(_set(), 4), pixel_cache.cache_key(_set(), 8),
-            pixel_cache.cache_key(_set(ids=("a", "b", "d")), 4), pixel_cache.cache_key(_set(source={"manifest": "y"}), 4)}
+            pixel_cache.cache_key(_set(ids=("a", "b", "d")), 4),
+            pixel_cache.cache_key(_set(source={"manifest": "y"}), 4)}
     assert len(keys) == 4
 
 

@@ -79,7 +79,8 @@ def test_every_problem_at_once_one_line_each(world, tmp_path):
         "imagenet-1k --from <the downloaded files>",
         "device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False): run on a GPU machine, or pass "
         "-p overrides '{device: cpu}' for a rehearsal",
-        "model meta-llama/Meta-Llama-3-70B is not in the local Hugging Face cache and the hub is off (HF_HUB_OFFLINE=1)",
+        "model meta-llama/Meta-Llama-3-70B is not in the local Hugging Face cache and the hub is off "
+        "(HF_HUB_OFFLINE=1)",
     ]
     if __import__("torch").cuda.is_available():  # pragma: no cover  (a GPU machine: that line does not apply)
         expected.pop(1)
@@ -161,9 +162,9 @@ def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_
     assert report.train["resident_bytes"] == 1000 * (7 * 5120 + 768) * 4  # the largest set of each side, every facet
     report.train.update(rows=1000, resident_bytes=100 * 2**30, logits_bytes=2**30)
     preflight._check_space(report, str(tmp_path / "store"), 80 * 2**30, "cuda:0")
-    assert report.problems == ["device cuda:0: training keeps its features resident, about 100 GiB for 1,000 rows (plus "
-                               "1.0 GiB of logits), 80 GiB are free: set data.limit to about 710 or fewer training "
-                               "pairs, or use a larger GPU"]
+    assert report.problems == ["device cuda:0: training keeps its features resident, about 100 GiB for 1,000 rows "
+                               "(plus 1.0 GiB of logits), 80 GiB are free: set data.limit to about 710 or fewer "
+                               "training pairs, or use a larger GPU"]
     report.problems.clear()
     preflight._check_space(report, str(tmp_path / "store"), 160 * 2**30, "cuda:0")
     assert report.problems == []

@@ -55,7 +55,8 @@ def test_cc3m_llava_pairs_split_and_drops(downloads, tmp_path, monkeypatch):
     train, val = datasets.jsonl_pairs("cc3m-llava", "train"), datasets.jsonl_pairs("cc3m-llava", "val")
     assert len(train) + len(val) == 60 and len(val) == 6  # min(10,000, 10 % of 60)
     assert not set(train.ids) & set(val.ids) and all(i.startswith("images/") for i in train.ids)
-    chat = {r["image"]: r["conversations"][1]["value"] for r in json.loads((downloads["cc3m-llava"] / "chat.json").read_text())}
+    chat = {r["image"]: r["conversations"][1]["value"]
+            for r in json.loads((downloads["cc3m-llava"] / "chat.json").read_text())}
     assert all(chat[i.removeprefix("images/")] == c for i, c in zip(train.ids, train.captions))
     assert train.load_image(0).size == (8, 8)
     # Seeded: a second preparation elsewhere holds out the same pairs, in the same order.
@@ -121,7 +122,8 @@ def test_flame_recap_joins_captions_and_shards(downloads, tmp_path, monkeypatch)
     _prepare("flame-recap-cc3m", downloads, target)
     monkeypatch.setenv("FLAME_RECAP_CC3M_DIR", str(target))
     train = datasets.jsonl_pairs("flame-recap-cc3m", "train")
-    long = {r["__key__"]: r["minicpm"] for r in json.loads(next(downloads["flame-recap-cc3m"].glob("flame-long-*")).read_text())}
+    long = {r["__key__"]: r["minicpm"]
+            for r in json.loads(next(downloads["flame-recap-cc3m"].glob("flame-long-*")).read_text())}
     assert all(long[Path(i).stem] == c for i, c in zip(train.ids, train.captions))
     assert len(train) + len(datasets.jsonl_pairs("flame-recap-cc3m", "val")) == len(long)
 
@@ -214,7 +216,8 @@ def test_command_line(downloads, tmp_path):
                               text=True, timeout=120)
 
     listed = cli("--list")
-    assert listed.returncode == 0 and set(prepare_sets.PREPARERS) == {l.split(":")[0] for l in listed.stdout.splitlines()}
+    assert (listed.returncode == 0
+            and set(prepare_sets.PREPARERS) == {line.split(":")[0] for line in listed.stdout.splitlines()})
     done = cli("fgvc-aircraft", "--from", str(downloads["fgvc-aircraft"]), "--to", str(tmp_path / "fgvc"),
                "--skip-checksums")
     assert done.returncode == 0 and "fgvc-aircraft: prepared at" in done.stdout, done.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.data import archives, prepare, prepare_sets
+from lib.data import archives, prepare
 from lib.data.archives import ArchiveError
 from lib.data.prepare import PrepareError
 from tools import standins
@@ -97,7 +97,8 @@ def test_in_place_preparation_keeps_every_file_it_does_not_know(downloads, tmp_p
 
 
 # --- 2. one safe archive reader ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, archive", [("cub", "CUB_200_2011.tgz"), ("fgvc-aircraft", "fgvc-aircraft-2013b.tar.gz")])
+@pytest.mark.parametrize("name, archive", [("cub", "CUB_200_2011.tgz"),
+                                            ("fgvc-aircraft", "fgvc-aircraft-2013b.tar.gz")])
 @pytest.mark.parametrize("hostile", ["{root}/images/../../../../escape.jpg", "/tmp/escape-absolute.jpg",
                                      "../escape.jpg"])
 def test_a_tar_member_that_climbs_out_is_refused_before_anything_is_written(downloads, tmp_path, name, archive,

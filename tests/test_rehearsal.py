@@ -1,4 +1,5 @@
-"""Rehearsals of every chapter's full config, through the real entry points, on a CPU in seconds (``pytest -k rehearsal``).
+"""Rehearsals of every chapter's full config, through the real entry points, on a CPU in seconds
+(``pytest -k rehearsal``).
 
 A full-config run needs gated 7-20B models, ~100 GB of images and a GPU, so its code path never runs in CI by
 itself. A rehearsal runs that path end to end with stand-ins of the same *shape* (``tools/standins.py``): tiny
@@ -137,7 +138,8 @@ def _bf16_only_bug(copy: Path, env: dict) -> None:
     path = copy / "lib" / "nn" / "losses.py"
     old = "        return clip_loss(gather_with_grad(image_emb), gather_with_grad(text_emb), self.scale)\n"
     new = ("        rows = torch.arange(len(text_emb), device=text_emb.device)\n"
-           "        text_emb = torch.zeros(text_emb.shape, device=text_emb.device).index_add_(0, rows, text_emb)\n" + old)
+           "        text_emb = torch.zeros(text_emb.shape, device=text_emb.device)"
+           ".index_add_(0, rows, text_emb)\n" + old)
     source = path.read_text()
     assert old in source
     path.write_text(source.replace(old, new, 1))

@@ -370,7 +370,7 @@ def test_two_processes_precomputing_one_entry_at_once(tmp_path, reference, mode)
                                                      ["--rank", "1", "--world-size", "2"]]
     procs = [_start(root, log, r, go, "--sleep", "0.08", *k) for r, k in zip(readies, ranks)]
     outs = _release_together(procs, readies, go)
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0 and "Traceback" not in err, err
     results = [json.loads(out) for out, _ in outs]
     counts = np.bincount(log_shards(log), minlength=N_SHARDS)
@@ -474,7 +474,10 @@ def _follow(message: str) -> str:
 
 def _fresh(root: Path, ids=IDS, dim=DIM, **kw) -> dict[str, bytes]:
     """The files of a fresh computation of W.SPEC (for these ids, dim and layout) in a store of its own."""
-    fn = (lambda r: W.features(r, dim))
+
+    def fn(r):
+        return W.features(r, dim)
+
     return real_files(fstore(root, **kw).get_or_compute(W.SPEC, ids, fn, **kw.pop("call", {}), progress=False).path)
 
 

@@ -29,7 +29,8 @@ def test_committed_page_is_the_rendering_of_the_committed_metrics():
 
 def test_the_intro_opens_with_the_findings_table_of_the_committed_metrics():
     intro = results_page.INTRO.read_text(encoding="utf-8")
-    assert intro == results_page.render_intro(intro, results_page.findings_table()), "run `python -m tools.results_page`"
+    assert intro == results_page.render_intro(intro, results_page.findings_table()), \
+        "run `python -m tools.results_page`"
     opening = "\n## ".join(intro.split("\n## ")[:2])  # the title's paragraph and the first section
     assert results_page.INTRO_MARKERS[0] in opening and re.search(r"reproduced|inconclusive|no effect", opening)
 
@@ -58,7 +59,8 @@ def test_a_missing_metric_is_an_error_naming_chapter_and_key(tmp_path):
     broken = json.loads((tmp_path / "sharelock.json").read_text())
     del broken["findings"]["sharelock_unseen_acc1"]
     (tmp_path / "sharelock.json").write_text(json.dumps(broken))
-    with pytest.raises(results_page.MissingMetric, match=r"sharelock: metrics.json has no 'findings.sharelock_unseen_acc1'"):
+    with pytest.raises(results_page.MissingMetric,
+                       match=r"sharelock: metrics.json has no 'findings.sharelock_unseen_acc1'"):
         results_page.render(metrics_dir=tmp_path)
 
 
@@ -138,7 +140,8 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     rows = results_page.stability_rows(papers, ["a"], now, before)
     assert [(r[1], r[-1]) for r in rows] == [("claim x", "same"), ("claim y", "changed"), ("claim z", "**opposite**")]
     section = "\n".join(results_page.stability_section(papers, ["a"], now, before))
-    assert "Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, and 1 turn" in section
+    assert ("Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, "
+            "and 1 turn") in section
     assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
     other = tmp_path / "other"

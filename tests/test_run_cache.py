@@ -69,7 +69,8 @@ def test_a_damaged_entry_is_named_retrained_and_replaced(cache):
     first = _run()
     (weights,) = cache.rglob("weights.pt")
     weights.write_bytes(b"not a checkpoint")
-    with pytest.warns(UserWarning, match=r"run cache entry .*: weights.pt does not match its checksum; retraining the run"):
+    with pytest.warns(UserWarning,
+                      match=r"run cache entry .*: weights.pt does not match its checksum; retraining the run"):
         again = _run()
     assert not again[0].cached
     _same(first, again)

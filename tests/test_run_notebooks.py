@@ -181,7 +181,8 @@ def test_each_chapter_test_runs_on_the_worker_that_ran_its_notebook_after_it():
     assert group("tests/test_results_page.py::test_a_chapter_without_metrics") == "tests/test_results_page.py"
     assert group("tests/test_store.py::test_round_trip[float16]") == "tests/test_store.py"
     assert set(conftest.READS_THE_CHAPTER_RUN.values()) <= set(conftest.NOTEBOOK_ORDER)
-    # Every test module that reads a chapter's nbval run is in the map (else it may run before, or beside, the notebook).
+    # Every test module that reads a chapter's nbval run is in the map (else it may run before, or beside, the
+    # notebook).
     readers = {path.stem: found.group(1) for path in (ROOT / "tests").glob("test_*.py")
                for found in [re.search(r'chapter_metrics\("(\w+)"', path.read_text(encoding="utf-8"))] if found}
     assert readers == conftest.READS_THE_CHAPTER_RUN

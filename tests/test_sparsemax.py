@@ -51,7 +51,7 @@ def test_gradcheck_float64():
     torch.manual_seed(3)
     for shape, dim in [((3, 6), -1), ((4, 5, 3), 1)]:
         z = (torch.randn(*shape, dtype=torch.float64) * 2).requires_grad_()
-        assert torch.autograd.gradcheck(lambda x: sparsemax(x, dim), (z,), eps=1e-6, atol=1e-5)
+        assert torch.autograd.gradcheck(lambda x, dim=dim: sparsemax(x, dim), (z,), eps=1e-6, atol=1e-5)
 
 
 def test_minus_inf_entries_get_zero_weight_and_zero_gradient():

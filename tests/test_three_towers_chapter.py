@@ -127,8 +127,8 @@ def test_a_claim_not_reproduced_carries_the_curve_trend():
                 curve.add(method=method, seed=seed, train_pairs=size, **{ch.CURVE_METRIC: value})
     found = {c.id: c for c in ch.claims(ch.load_config("small"), _Bench, runs, curve=curve)}
     assert found["3t_beats_lit_retrieval"].verdict == "not reproduced"
-    assert found["3t_beats_lit_retrieval"].diagnosis == ("3T − LiT in points, by training pairs: 500: -20.0 (LiT ahead); "
-                                                         "1,000: -10.0 (LiT ahead)")
+    assert found["3t_beats_lit_retrieval"].diagnosis == ("3T − LiT in points, by training pairs: "
+                                                         "500: -20.0 (LiT ahead); 1,000: -10.0 (LiT ahead)")
     assert found["3t_beats_scratch_retrieval"].diagnosis.startswith("3T − from scratch in points")  # inconclusive
 
 

@@ -153,7 +153,8 @@ def test_articles_are_split_into_sentences(small):
     bench = benches["emoji"]
     found = class_texts.class_texts(bench, "encyclopedia")
     record = class_texts.load_class_texts("emoji", "encyclopedia")
-    assert min(found.per_class()) >= 1 and max(found.per_class()) > 1 and len(found.per_class()) == len(bench.class_keys)
+    assert (min(found.per_class()) >= 1 and max(found.per_class()) > 1
+            and len(found.per_class()) == len(bench.class_keys))
     first = bench.class_keys[0]
     assert " ".join(t for t, o in zip(found.texts, found.owner) if o == 0) in record["texts"][first]
 
@@ -217,8 +218,9 @@ def _toy_bench(n_unseen=3, per_class=4):
     roles = ("seen",) * 2 + ("unseen",) * n_unseen
     labels = [c for c in range(len(roles)) for _ in range(per_class)]
     source = class_splits.ImageSource("toy", tuple(map(str, range(len(labels)))), lambda i: None, {})
-    return class_splits.ClassBenchmark("toy", tuple(f"c{i}" for i in range(len(roles))), tuple(f"c{i}" for i in range(len(roles))),
-                                       roles, (source,), tuple((0, i) for i in range(len(labels))), tuple(labels),
+    return class_splits.ClassBenchmark("toy", tuple(f"c{i}" for i in range(len(roles))),
+                                       tuple(f"c{i}" for i in range(len(roles))), roles, (source,),
+                                       tuple((0, i) for i in range(len(labels))), tuple(labels),
                                        tuple("test" if roles[c] == "unseen" else "train" for c in labels))
 
 
@@ -269,7 +271,8 @@ def test_feature_plan_is_exactly_what_the_runs_read(small):
     read |= {f"image:{s.vision.name}:{source.name}" for s in viterb.run_specs(cfg)
              for source in benches[s.dataset].image_sources}
     assert set(names) == read
-    assert "text:offline/all-MiniLM-L6-v2:cls:emoji/name" in names and "text:offline/all-MiniLM-L6-v2:mean:emoji/name" in names
+    assert ("text:offline/all-MiniLM-L6-v2:cls:emoji/name" in names
+            and "text:offline/all-MiniLM-L6-v2:mean:emoji/name" in names)
     entry = plan["text:offline/gemma-3-270m:last_token:emoji/encyclopedia"]
     texts = class_texts.class_texts(benches["emoji"], "encyclopedia")
     assert entry.texts == list(texts.texts) and entry.ids == list(texts.ids)
@@ -280,7 +283,8 @@ def test_feature_plan_is_exactly_what_the_runs_read(small):
 def test_small_config_reads_encoders_at_cls_and_keeps_fashion_out_of_the_score(small):
     cfg, _ = small
     assert cfg.score_datasets == ("emoji",) and cfg.check_datasets == ("fashion-mnist",)
-    assert {t.name: t.pooling for t in cfg.text if viterb.family(cfg, t) == "encoder"} == {"offline/all-MiniLM-L6-v2": "cls"}
+    assert {t.name: t.pooling for t in cfg.text if viterb.family(cfg, t) == "encoder"} == {
+        "offline/all-MiniLM-L6-v2": "cls"}
     assert all(t.pooling == "last_token" for t in cfg.text if viterb.family(cfg, t) == "decoder")
     assert [t.pooling for t in cfg.pooling_ablation] == ["mean"]
 
@@ -330,8 +334,10 @@ def test_claims_follow_the_rule():
     one_seed = {c.id: c for c in viterb.claims(cfg, _runs([0.3], [0.1]), {"dec-a": 20.0, "dec-b": 40.0})}
     assert all(c.verdict == "inconclusive" for c in one_seed.values())
     flipped = {c.id: c for c in viterb.claims(cfg, _runs([0.10, 0.11, 0.12], [0.30, 0.31, 0.29]), {})}
-    assert flipped["decoders_beat_encoders"].verdict == "not reproduced" and "capability_predicts_alignment" not in flipped
-    assert viterb._paper_mean(["Dec."]) == pytest.approx(511.9 / 12) and viterb._paper_mean(["Enc."]) == pytest.approx(562.9 / 16)
+    assert (flipped["decoders_beat_encoders"].verdict == "not reproduced"
+            and "capability_predicts_alignment" not in flipped)
+    assert (viterb._paper_mean(["Dec."]) == pytest.approx(511.9 / 12)
+            and viterb._paper_mean(["Enc."]) == pytest.approx(562.9 / 16))
 
 
 def test_split_diagram_is_drawn_from_the_benchmarks(small):

@@ -279,7 +279,8 @@ def test_cub_missing_listed_image_and_empty_folder(cub):
 def test_aircraft_family_without_images(aircraft):
     for part in ("train", "val", "test"):
         path = aircraft / f"images_family_{part}.txt"
-        path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if not line.endswith("Cessna 172")))
+        path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                                if not line.endswith("Cessna 172")))
     with pytest.raises(DatasetMissingError, match=r"family 'Cessna 172' \((un)?seen\) .*has no image"):
         full_sets.load_full("fgvc-aircraft")
 

@@ -102,7 +102,8 @@ def test_rank_correlation_reads_every_seed():
                   "enc-l": [0.3, 0.31, 0.29]})
     three = {c.id: c for c in viterb.claims(cfg, runs, {}, params={"dec-s": 1, "dec-m": 2, "dec-l": 3, "enc-l": 4})}
     assert three["size_predicts_alignment"].verdict == "inconclusive"
-    assert three["size_predicts_alignment"].origin == "book" and "3 decoders" in three["size_predicts_alignment"].evidence
+    assert (three["size_predicts_alignment"].origin == "book"
+            and "3 decoders" in three["size_predicts_alignment"].evidence)
     assert "p = 0.167" in three["size_predicts_alignment"].evidence
     five = _runs({f"dec-{i}": [0.1 * i, 0.1 * i + 0.01, 0.1 * i - 0.01] for i in range(1, 6)})
     sizes = {f"dec-{i}": 1e6 * i for i in range(1, 6)}

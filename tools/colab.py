@@ -125,7 +125,7 @@ def install_cell(url: str | None = None) -> str:
                                "set FROZEN_LIP_REPO to the git URL (or path) of a copy of the book.")'''
     else:
         source = f'repo = os.environ.get("FROZEN_LIP_REPO", "{url}")'
-    return f'''# %% tags=["remove-cell"]
+    return (f'''# %% tags=["remove-cell"]
 {INSTALL_MARKER} clone the book and run its set-up in this
 # interpreter (tools/setup.sh --here: packages, model wheels, data; an installed torch is kept).
 # A no-op when `lib` imports. Written by tools/colab.py: edit it there, not here.
@@ -140,9 +140,10 @@ except ModuleNotFoundError:
     if not os.path.isdir(os.path.join(home, "lib")):
         {source}
         subprocess.run(["git", "clone", "--depth", "1", repo, home], check=True)
-    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={{**os.environ, "PYTHON": sys.executable}})
+    subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, '''
+            f'''env={{**os.environ, "PYTHON": sys.executable}})
     sys.path.insert(0, home)
-'''
+''')
 
 
 def render(source: str, chapter: str, url: str | None = None) -> str:

@@ -3,8 +3,8 @@
 The page is never edited by hand. Its two inputs are
 
 * ``book/papers.yaml``: each paper's headline numbers with their table reference, what a full-config
-  run needs, and which offline metric (of the config book/configs.yaml shows) is the analogue of each number (a path of keys into the
-  chapter's ``metrics.json``), with one sentence on what the analogue shows;
+  run needs, and which offline metric (of the config book/configs.yaml shows) is the analogue of each number (a
+  path of keys into the chapter's ``metrics.json``), with one sentence on what the analogue shows;
 * ``book/metrics/<chapter>.json``: the ``metrics.json`` that each chapter's notebook wrote when
   ``make book`` executed it (``tools/run_notebooks.py`` copies it there beside the executed notebook).
 
@@ -69,8 +69,9 @@ def lookup(metrics: dict, path: list, chapter: str):
     value = metrics
     for i, key in enumerate(path):
         if not isinstance(value, dict) or key not in value:
-            raise MissingMetric(f"{chapter}: metrics.json has no {'.'.join(map(str, path[: i + 1]))!r} (book/papers.yaml "
-                                f"asks for {path}); rerun the chapter or fix the path in book/papers.yaml")
+            raise MissingMetric(f"{chapter}: metrics.json has no {'.'.join(map(str, path[: i + 1]))!r} "
+                                f"(book/papers.yaml asks for {path}); rerun the chapter or fix the path in "
+                                "book/papers.yaml")
         value = value[key]
     return value
 
@@ -93,7 +94,8 @@ VERDICT_COLOUR = {"reproduced": "#2a9d8f", "not reproduced": "#e76f51", "no effe
 
 def _counts(claims: list[dict]) -> str:
     """``"2 reproduced, 1 not reproduced, 3 inconclusive"`` (verdicts with no claim left out)."""
-    found = [f"{sum(c['verdict'] == v for c in claims)} {v}" for v in VERDICT_MARK if any(c["verdict"] == v for c in claims)]
+    found = [f"{sum(c['verdict'] == v for c in claims)} {v}" for v in VERDICT_MARK
+             if any(c["verdict"] == v for c in claims)]
     return ", ".join(found) or "none tested"
 
 
@@ -120,12 +122,14 @@ def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
         paper = f"{claim['paper']:.1f} % ({claim['ref']})"
         here = []
         if full is not None:
-            here = [fmt(lookup(json.loads((ROOT / full).read_text(encoding="utf-8")), claim["full_metric"], chapter), True)]
+            here = [fmt(lookup(json.loads((ROOT / full).read_text(encoding="utf-8")), claim["full_metric"], chapter),
+                        True)]
         for j, analogue in enumerate(claim["analogues"]):
             value = fmt(lookup(metrics, analogue["metric"], chapter), analogue.get("percent", False))
             first = j == 0
-            rows.append([claim["claim"] if first else "", paper if first else "", *(here if first else [""] * len(here)),
-                         analogue["label"], value, claim["shows"] if first else ""])
+            rows.append([claim["claim"] if first else "", paper if first else "",
+                         *(here if first else [""] * len(here)), analogue["label"], value,
+                         claim["shows"] if first else ""])
     return rows
 
 
@@ -173,7 +177,8 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     arithmetic = {json.dumps(load_metrics(c, metrics_dir).get("arithmetic"), sort_keys=True) for c in chapters}
     resolved = json.loads(arithmetic.pop()) if len(arithmetic) == 1 else None
     here = (f"resolved here to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
-            f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "resolved per chapter")
+            f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})"
+            if resolved else "resolved per chapter")
     counts = {kind: sum(row[-1] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
     return [
         "## Do the verdicts survive a change of arithmetic?",
@@ -218,7 +223,8 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         "",
         "```{figure} figures/claims-differences-with-intervals.png",
         ":name: fig-claims-differences",
-        ":alt: one row per claim: the difference A minus B in points with its 95 % interval, the zero line, and the paper's effect applied here",
+        ":alt: one row per claim: the difference A minus B in points with its 95 % interval, the zero line, and the "
+        "paper's effect applied here",
         "",
         "Every claim that compares two methods: the difference A − B in points (dot) with its 95 % interval over",
         "paired seeds (bar), coloured by verdict. The shaded band is ± the paper's own relative effect applied to",
@@ -230,7 +236,8 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
     for chapter in chapters:
         info, metrics = papers[chapter], load_metrics(chapter, metrics_dir)
         seeds = (metrics.get("settings") or {}).get("seeds")
-        run = f"{metrics.get('config', 'small')} config, seeds {', '.join(map(str, seeds))}" if seeds else "small config"
+        run = (f"{metrics.get('config', 'small')} config, seeds {', '.join(map(str, seeds))}" if seeds
+               else "small config")
         full = info["full_config"]
         has_full = info.get("full_run") is not None
         lines += [
@@ -269,7 +276,8 @@ def findings_table(papers: dict | None = None, metrics_dir: Path = METRICS, chap
     interval), the verdict. Generated from the chapters' metrics, never typed by hand."""
     papers = load_papers() if papers is None else papers
     chapters = toc_chapters() if chapters is None else chapters
-    lines = ["| paper | claim | paper's numbers | this book (A − B, 95 % interval) | verdict |", "|---|---|---|---|---|"]
+    lines = ["| paper | claim | paper's numbers | this book (A − B, 95 % interval) | verdict |",
+             "|---|---|---|---|---|"]
     for chapter in chapters:
         for claim in load_metrics(chapter, metrics_dir).get("claims", []):
             if claim.get("origin", "paper") != "paper":
@@ -279,7 +287,8 @@ def findings_table(papers: dict | None = None, metrics_dir: Path = METRICS, chap
             if "rho" in cmp and cmp.get("rho") is not None:
                 ours = f"rho {cmp['rho']:+.2f}, p = {cmp.get('p', float('nan')):.3f}"
             elif cmp.get("difference") is not None and cmp.get("low") is not None:
-                ours = f"{scale * cmp['difference']:+.2f} [{scale * cmp['low']:+.2f}, {scale * cmp['high']:+.2f}] points"
+                ours = (f"{scale * cmp['difference']:+.2f} "
+                        f"[{scale * cmp['low']:+.2f}, {scale * cmp['high']:+.2f}] points")
             names = f"{claim['names'][0]} vs {claim['names'][1]}"
             lines.append("| " + " | ".join(_cell(c) for c in (papers[chapter]["title"], names,
                                                                 f"{claim['paper_value']} ({claim['reference']})",
@@ -323,7 +332,7 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
     height = 1.9 + 0.46 * max(1, len(rows))
     fig, axis = plt.subplots(figsize=(9.5, height))  # the book's column shows 9.5 in at >= 1 px per point
     fig.subplots_adjust(left=0.47, right=0.98, top=1 - 0.15 / height, bottom=1.55 / height)
-    for y, (label, diff, low, high, smallest, verdict) in enumerate(rows):
+    for y, (_label, diff, low, high, smallest, verdict) in enumerate(rows):
         if smallest:
             axis.fill_betweenx([y - 0.35, y + 0.35], -100 * smallest, 100 * smallest, color="#f1e3b0", zorder=0)
         axis.plot([low, high], [y, y], color=VERDICT_COLOUR[verdict], lw=3, solid_capstyle="round", zorder=2)
@@ -334,8 +343,8 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
     axis.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r[0], 44)) for r in rows], fontsize=10)
     axis.invert_yaxis()
     axis.tick_params(axis="x", labelsize=10)
-    axis.set_xlabel("A − B in points of the chapter's headline metric\n(dot: mean over paired seeds; bar: 95 % interval)",
-                    fontsize=10)
+    axis.set_xlabel("A − B in points of the chapter's headline metric\n"
+                    "(dot: mean over paired seeds; bar: 95 % interval)", fontsize=10)
     handles = [Patch(color=c, label=v) for v, c in VERDICT_COLOUR.items()]
     handles.append(Patch(color="#f1e3b0", label="± the paper's effect applied here"))
     fig.legend(handles=handles, fontsize=10, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))

@@ -44,7 +44,8 @@ DEFAULT_REHEARSAL_ROOT = Path("/tmp") / "frozen-lip-rehearsal"
 # that config.json (what sizes the parameters; defaults of the transformers config class fill the rest), where the
 # numbers were read, and which offline tokenizer the stand-in borrows. Provenance: the values were found in public
 # copies of each model's config.json / model definition with the book's search tool, never typed from memory.
-DINOV2_PROCESSOR = {  # facebook/dinov2-*: preprocessor_config.json (BitImageProcessor: resize 256, crop 224, ImageNet mean/std)
+# facebook/dinov2-*: preprocessor_config.json (BitImageProcessor: resize 256, crop 224, ImageNet mean/std)
+DINOV2_PROCESSOR = {
     "image_processor_type": "BitImageProcessor", "do_resize": True, "size": {"shortest_edge": 256}, "resample": 3,
     "do_center_crop": True, "crop_size": {"height": 224, "width": 224}, "do_rescale": True,
     "rescale_factor": 0.00392156862745098, "do_normalize": True, "image_mean": [0.485, 0.456, 0.406],
@@ -67,7 +68,8 @@ HUB_MODELS: dict[str, dict] = {
         cls="LlamaForCausalLM", tokenizer="offline/smollm2-135m-instruct",
         config={**LLAMA3_8B, "bos_token_id": 128000, "eos_token_id": 128001},
         source="config.json of meta-llama/Meta-Llama-3-8B(-Instruct) as copied in public code"),
-    "meta-llama/Meta-Llama-3-8B-Instruct": dict(  # the generator of ViTeRB's class texts (tools/generate_class_texts.py)
+    # the generator of ViTeRB's class texts (tools/generate_class_texts.py)
+    "meta-llama/Meta-Llama-3-8B-Instruct": dict(
         cls="LlamaForCausalLM", tokenizer="offline/smollm2-135m-instruct",
         config={**LLAMA3_8B, "bos_token_id": 128000, "eos_token_id": 128009},
         source="kevinstephano/thunder_model_blocks llama/llama_3_8B_Instruct_config.py (the hub's config.json)"),
@@ -101,8 +103,8 @@ HUB_MODELS: dict[str, dict] = {
         config={"model_type": "t5", "d_model": 2048, "d_ff": 5120, "d_kv": 64, "num_heads": 32, "num_layers": 24,
                 "num_decoder_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
                 "tie_word_embeddings": False},
-        source="google-research/text-to-text-transfer-transformer t5/models/gin/models/t5.1.1.xl.gin (+ t5.1.1.base.gin: "
-               "GEGLU, no shared softmax), HF vocabulary 32,128"),
+        source="google-research/text-to-text-transfer-transformer t5/models/gin/models/t5.1.1.xl.gin "
+               "(+ t5.1.1.base.gin: GEGLU, no shared softmax), HF vocabulary 32,128"),
     "google/flan-ul2": dict(
         cls="T5ForConditionalGeneration", tokenizer="offline/all-MiniLM-L6-v2",
         config={"model_type": "t5", "d_model": 4096, "d_ff": 16384, "d_kv": 256, "num_heads": 16, "num_layers": 32,
@@ -115,7 +117,8 @@ HUB_MODELS: dict[str, dict] = {
         config={"model_type": "t5", "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24,
                 "vocab_size": 32128, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
         source="the encoder of T5 v1.1 XXL (t5.1.1.xxl.gin: d_model 4096, d_ff 10240, 64 heads, 24 layers); "
-               "sentence-t5-xxl is that encoder alone (T5EncoderModel; AutoModel builds T5Model, whose encoder is read)"),
+               "sentence-t5-xxl is that encoder alone (T5EncoderModel; AutoModel builds T5Model, whose encoder is "
+               "read)"),
     "sentence-transformers/all-mpnet-base-v2": dict(
         cls="MPNetModel", tokenizer="offline/all-MiniLM-L6-v2",
         config={"model_type": "mpnet", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
@@ -286,11 +289,13 @@ def imagenet_val(folder: Path, per_class: int = 1) -> Path:
     ids = list(range(1, len(wnids) + 1))
     random.Random(0).shuffle(ids)
     id_of = dict(zip(wnids, ids))
-    fields = ["ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "children", "wordnet_height", "num_train_images"]
+    fields = ["ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "children", "wordnet_height",
+              "num_train_images"]
     synsets = np.zeros((len(wnids) + 1,), dtype=[(f, object) for f in fields])
     for row, wnid in enumerate(sorted(wnids, key=id_of.get)):
         synsets[row] = (id_of[wnid], wnid, f"class {wnid}", "a synset", 0, np.zeros((0,)), 0, 1300)
-    synsets[len(wnids)] = (len(wnids) + 1, "n00001740", "entity", "the root", 3, np.array([1, 2, 3]), 19, 0)  # not a leaf
+    # not a leaf
+    synsets[len(wnids)] = (len(wnids) + 1, "n00001740", "entity", "the root", 3, np.array([1, 2, 3]), 19, 0)
     meta = io.BytesIO()
     savemat(meta, {"synsets": synsets})
     order = [w for w in wnids for _ in range(per_class)]
@@ -323,13 +328,15 @@ CUB_SEEN = ["001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Alb
 
 
 def awa2(folder: Path, per_class: int = 3) -> Path:
-    """``AwA2-data.zip`` (``Animals_with_Attributes2/JPEGImages/<class>/<class>_<n>.jpg`` + classes.txt) and xlsa17.zip."""
+    """``AwA2-data.zip`` (``Animals_with_Attributes2/JPEGImages/<class>/<class>_<n>.jpg`` + classes.txt) and
+    xlsa17.zip."""
     from lib.data import manifests
 
     folder.mkdir(parents=True, exist_ok=True)
     classes = manifests.load("awa2")["classes"]
     with zipfile.ZipFile(folder / "AwA2-data.zip", "w") as archive:
-        archive.writestr("Animals_with_Attributes2/classes.txt", "".join(f"\t{i}\t{c}\n" for i, c in enumerate(classes, 1)))
+        archive.writestr("Animals_with_Attributes2/classes.txt",
+                         "".join(f"\t{i}\t{c}\n" for i, c in enumerate(classes, 1)))
         for n, c in enumerate(classes):
             for k in range(per_class):
                 archive.writestr(f"Animals_with_Attributes2/JPEGImages/{c}/{c}_{10001 + k}.jpg", _jpeg(3 * n + k))
@@ -478,9 +485,13 @@ CHAPTER_DATA = {
 TRAIN = "train: {steps: 2, eval_every: 1, warmup_steps: 1, batch_size: 16}"
 # data.prompts: name puts each ImageNet class name into one prompt instead of CLIP's 80 templates: the same code, 1,000
 # prompts instead of 80,000 per text model (FLAME: x 7 facets); ViTeRB's imagenet7 likewise.
+# LiT's own budget; micro-batches of 8 keep the full config's gradient accumulation (its micro_batch_size) in the path.
+LIT_TRAIN = "train: {steps: 2, eval_every: 1, warmup_steps: 1, batch_size: 16, micro_batch_size: 8}"
 PAIRS = "data: {limit: 16, prompts: name}, store: {shard_rows: 512}"  # 512: entries still split over both ranks
 OVERRIDES = {
-    "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, " + PAIRS + "}",
+    # LiT has its own budget (lit.train): without this a rehearsal tunes the stand-in BERT for the full config's 5,000
+    # steps (2,750 with early stopping: 3 minutes of CI).
+    "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, " + PAIRS + ", lit: {" + LIT_TRAIN + "}}",
     "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8, "
               "store: {shard_rows: 2048}}",
     # The trainable parts at tiny widths (the same classes: a timm ViT, the transformer text tower, the FDT codebook):
@@ -589,9 +600,11 @@ def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
               "    kinds = ['reference'] if d != 'imagenet-plus' else []\n"
               "    kinds += ['description', 'encyclopedia'] if d != 'awa2' else []\n"
               "    for kind in kinds:\n"
-              "        texts = {k: f'The {n} is one of the classes of {d}. It is shown in photographs.' for k, n in names.items()}\n"
+              "        texts = {k: f'The {n} is one of the classes of {d}. It is shown in photographs.' "
+              "for k, n in names.items()}\n"
               "        class_texts.write_class_texts(d, kind, {'model': {'name': 'rehearsal stand-in'}, "
-              "'prompt': 'two sentences per class', 'texts': texts, 'generation': {'max_new_tokens': 0, 'seconds': 0}})\n")
+              "'prompt': 'two sentences per class', 'texts': texts, "
+              "'generation': {'max_new_tokens': 0, 'seconds': 0}})\n")
     run([python, "-c", script], env, cwd, "class texts and reference articles")
 
 
@@ -651,7 +664,8 @@ def _towers_training(cfg, rows: int) -> dict:
     from lib import preflight
 
     with torch.device("meta"):
-        vit = timm.create_model(cfg.image_tower.timm_name, pretrained=False, num_classes=0, img_size=cfg.image_tower.image_size)
+        vit = timm.create_model(cfg.image_tower.timm_name, pretrained=False, num_classes=0,
+                                img_size=cfg.image_tower.image_size)
     image_params = sum(p.numel() for p in vit.parameters())
     patches = (cfg.image_tower.image_size // 16) ** 2 + 1
     text = cfg.text_tower
@@ -659,8 +673,9 @@ def _towers_training(cfg, rows: int) -> dict:
     batch = cfg.train.micro_batch_size or cfg.train.batch_size
     step = 6.0 * (image_params * patches + text_params * text.context) * cfg.train.batch_size
     activations = sum(layers * seq * batch * width * (34 + 5 * heads * seq / width)
-                      for layers, seq, width, heads in ((len(vit.blocks), patches, vit.embed_dim, vit.blocks[0].attn.num_heads),
-                                                        (text.depth, text.context, text.width, text.heads)))
+                      for layers, seq, width, heads in (
+                          (len(vit.blocks), patches, vit.embed_dim, vit.blocks[0].attn.num_heads),
+                          (text.depth, text.context, text.width, text.heads)))
     pixels = rows * 3 * cfg.image_tower.image_size ** 2
     flops = step * cfg.train.steps
     return {"runs": None, "flops": flops, "hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
@@ -708,7 +723,7 @@ def launch_estimates(config_cache: Path) -> dict:
             if data.limit:  # data.limit keeps the first N training pairs; the 10,000 held-out pairs stay
                 pairs = min(pairs, data.limit + 10_000)
             images = pairs + sum(PAPER_SCALE[d] for d in data.zero_shot)
-            for v in ([getattr(cfg, "third")] if hasattr(cfg, "third") else []) + visions:
+            for v in ([cfg.third] if hasattr(cfg, "third") else []) + visions:
                 patches = (v.image_size // (model(v).get("patch") or 14)) ** 2
                 per = patches if getattr(cfg, "image_tokens", None) == "patches" else 1
                 work.append((v, images, patches + 1, per, "image"))
@@ -737,12 +752,13 @@ def launch_estimates(config_cache: Path) -> dict:
                     work.append((t, rows, per, 1, kind))
         flops = store = 0.0
         gpu = host = 0
-        for m, rows, per, stored, kind in work:
+        for m, rows, per, stored, _kind in work:
             found = model(m)
             weight = preflight.DTYPE_BYTES.get(getattr(m, "dtype", "float32"), 4)
             flops += 2.0 * found.get("active_params", 0) * per * rows
             store += rows * stored * found.get("width", 0) * 2
-            activations = getattr(m, "batch_size", 64) * per * max(found.get("width", 0), found.get("ffn", 0)) * weight * 4
+            activations = (getattr(m, "batch_size", 64) * per * max(found.get("width", 0), found.get("ffn", 0))
+                           * weight * 4)
             gpu = max(gpu, int(found.get("active_params", 0) * weight + activations))
             host = max(host, int(found.get("params", 0) * weight))
         train = {}
@@ -770,7 +786,8 @@ def launch_estimates(config_cache: Path) -> dict:
                     train_flops += preflight.train_step_flops(params, batch, image_dim) * cfg.train.steps
                     resident = max(resident, rows * image_dim * 4 + 1500 * 80 * text_dim * 4)
             batch = min(cfg.train.batch_size, rows)
-            train = {"runs": runs, "flops": train_flops, "hours": train_flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
+            train = {"runs": runs, "flops": train_flops,
+                     "hours": train_flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
                      "gpu_bytes": resident + 6 * batch * batch * 4 + 4 * batch * head.hidden_dim * head.num_layers * 4}
         if chapter == "three_towers":
             train = _towers_training(cfg, pairs - 10_000)

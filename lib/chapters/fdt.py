@@ -5,8 +5,8 @@ weights, and the weighted sum of the codes as the embedding (:class:`lib.methods
 here with a pooled CLIP-style head on the same frozen patch and token features. This module holds the
 schema of ``notebooks/configs/fdt.yaml``, the features the chapter reads (one plan, shared with
 ``python -m lib.precompute --chapter fdt``), the runs, the sparsity measurement at initialisation, the
-claims with their verdicts (the method diagram: ``lib.chapters.fdt_figures``). See notebooks/fdt.py, sections "Patch and token
-features", "The FDT head" and "What reproduced, what did not".
+claims with their verdicts (the method diagram: ``lib.chapters.fdt_figures``). See notebooks/fdt.py, sections
+"Patch and token features", "The FDT head" and "What reproduced, what did not".
 """
 from __future__ import annotations
 
@@ -250,7 +250,8 @@ def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_s
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
-                       variant: Variant | None = None, subset: torch.Tensor | None = None) -> tuple[dict, object, torch.nn.Module]:
+                       variant: Variant | None = None,
+                       subset: torch.Tensor | None = None) -> tuple[dict, object, torch.nn.Module]:
     """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
     pairs), evaluate it zero-shot on :func:`zero_shot_sets` and by retrieval, and for FDT with its weights as
     features and its active codes. ``subset``: train on those training rows only (the data-size curve,
@@ -275,8 +276,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         found = zero_shot_metrics(head.encode_image, head.encode_text, feats.image(labelled), feats.prompts(labelled),
                                   labelled, **evaluate)
         row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
-    found = retrieval(head.encode_image, head.encode_text, feats.image(bench.retrieval), feats.captions(bench.retrieval),
-                      **evaluate)
+    found = retrieval(head.encode_image, head.encode_text, feats.image(bench.retrieval),
+                      feats.captions(bench.retrieval), **evaluate)
     row.update({f"retrieval/{k}": v for k, v in found.items()})
     if kind == "fdt":
         found = zero_shot_metrics(weight_encoder(head, "image"), weight_encoder(head, "text"), feats.image(sets[0]),
@@ -313,7 +314,8 @@ def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, 
     Sparsemax keeps the codes above ``tau`` with ``sum(r_i - tau) = 1``: the relevances' spread in units of
     ``1/K`` decides sparsity (the column ``relevance sd x K``)."""
     n = min(cfg.init_probe_items, len(bench.retrieval))
-    real = {"image": feats.image(bench.retrieval).batch(range(n)), "text": feats.captions(bench.retrieval).batch(range(n))}
+    real = {"image": feats.image(bench.retrieval).batch(range(n)),
+            "text": feats.captions(bench.retrieval).batch(range(n))}
     generator = torch.Generator().manual_seed(seed)
     gauss = {"image": (torch.randn(n, 49, 768, generator=generator), None),
              "text": (torch.randn(n, 16, 512, generator=generator), None)}
@@ -331,7 +333,8 @@ def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, 
             x, mask = inputs[modality]
             codes = head.codes(modality, x, mask)
             active = codes.active().float()
-            out.append({"probe": probe, "codebook": f"{head.num_codes} x {head.code_dim}", "temperature": head.temperature,
+            out.append({"probe": probe, "codebook": f"{head.num_codes} x {head.code_dim}",
+                        "temperature": head.temperature,
                         "inputs": "this chapter's features" if inputs is real else "random, official widths",
                         "modality": modality, "active codes per item": float(active.mean()),
                         "active fraction": float(active.mean() / head.num_codes),
@@ -342,7 +345,8 @@ def active_codes_at_init(cfg: Config, bench: Benchmark, feats: ChapterFeatures, 
 def _held_out_codes(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, cfg: Config):
     """``(image, text)`` :class:`lib.methods.fdt.CodeWeights` of the held-out pairs."""
     return tuple(collect_codes(head, modality, seqs, batch_size=cfg.eval_batch_size, device=cfg.device)
-                 for modality, seqs in (("image", feats.image(bench.retrieval)), ("text", feats.captions(bench.retrieval))))
+                 for modality, seqs in (("image", feats.image(bench.retrieval)),
+                                        ("text", feats.captions(bench.retrieval))))
 
 
 def usage_rows(trained: dict, feats: ChapterFeatures, bench: Benchmark, cfg: Config) -> tuple[list[dict], list[dict]]:

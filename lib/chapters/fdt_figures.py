@@ -46,7 +46,8 @@ def method_diagram(head: FDTHead, image_seqs: SequenceFeatures, text_seqs: Seque
                  box(2.1, y, f"projector\n{projector}\nqueries {q.shape[1]} × {q.shape[2]}", colour),
                  box(4.15, y, f"⟨q, c⟩ {scale}\n{tokens} × {head.num_codes} logits", colour, w=2.0),
                  box(6.4, y, f"max over {what}\nrelevance r: {codes.relevance.shape[-1]}", colour),
-                 box(8.45, y, f"{head.weighting}(r)\n{int(codes.active()[0])} of {head.num_codes}\ncodes non-zero", colour),
+                 box(8.45, y, f"{head.weighting}(r)\n{int(codes.active()[0])} of {head.num_codes}\ncodes non-zero",
+                     colour),
                  box(10.5, y, f"w @ C, L2-normalised\nembedding: {codes.embedding.shape[-1]}", colour, w=2.0)]
         for (xa, ya, wa, ha), (xb, yb, _, hb) in zip(boxes, boxes[1:]):
             arrow((xa + wa, ya + ha / 2), (xb, yb + hb / 2))

@@ -39,7 +39,8 @@ def data_size_curve(cfg, bench, feats, runs: Runs, train_and_evaluate: Callable)
 
 
 def curve_frame(curve: Runs, metric: str):
-    """One row per training-set size: FDT and pooled mean ± sd and the rule's outcome (:func:`lib.core.curves.table`)."""
+    """One row per training-set size: FDT and pooled mean ± sd and the rule's outcome
+    (:func:`lib.core.curves.table`)."""
     return curves.table(curve, metric, *CURVE)
 
 
@@ -83,7 +84,8 @@ def diagnose(claims: list[Claim], runs: Runs, curve: Runs | None, metric: str) -
                 note = curve_trend(curve, metric)
             elif claim.id.startswith("sparsemax_beats_softmax"):
                 note = (f"best steps: sparsemax {steps('FDT')}, softmax {steps('softmax')} (first evaluation: "
-                        f"{', '.join(f'{v:.0f}' for v in runs.values('first_eval', head='FDT')[:1])}); sparsemax keeps {codes('FDT')}, softmax every code")
+                        f"{', '.join(f'{v:.0f}' for v in runs.values('first_eval', head='FDT')[:1])}); "
+                        f"sparsemax keeps {codes('FDT')}, softmax every code")
             elif claim.id == "fdt_above_chance":
                 note = f"best steps of the FDT head: {steps('FDT')}; it keeps {codes('FDT')}"
         out.append(dataclasses.replace(claim, diagnosis=note))

@@ -153,7 +153,8 @@ def text_sets(cfg: Config, bench: Benchmark) -> dict[str, tuple[list[str], dict]
         out[role] = (list(pairs.captions[:n]), {**pairs.source, "captions": cfg.data.captions, "rows": n})
     if bench.zero_shot:
         labelled = bench.zero_shot[0]
-        out["zero-shot"] = (prompt_texts(labelled), {"prompts_for": labelled.source, "templates": list(labelled.templates)})
+        out["zero-shot"] = (prompt_texts(labelled),
+                            {"prompts_for": labelled.source, "templates": list(labelled.templates)})
     for locale, labelled in label_sets(cfg, bench).items():
         name = _label_set_name(cfg, bench, locale)
         if name not in out:
@@ -216,7 +217,8 @@ class ChapterFeatures:
     def tokens(self, name: str) -> torch.Tensor:
         key = f"tokens:{self.set_name(name)}"
         if key not in self._cache:
-            found = tokenize(self.tokenizer, text_sets(self.cfg, self.bench)[self.set_name(name)][0], self.cfg.scratch.context)
+            found = tokenize(self.tokenizer, text_sets(self.cfg, self.bench)[self.set_name(name)][0],
+                             self.cfg.scratch.context)
             self._cache[key] = torch.stack([found["input_ids"], found["attention_mask"]], dim=1)
         return self._cache[key]
 
@@ -238,7 +240,8 @@ class _ScratchTower(nn.Module):
 
 
 def run_key(row: dict, cfg: Config) -> str:
-    """A run's name in the findings: ``flame``, ``flame_1facets``, ``flame_mp_sigmoid``, ``sharelock/<model>``, ``scratch``."""
+    """A run's name in the findings: ``flame``, ``flame_1facets``, ``flame_mp_sigmoid``, ``sharelock/<model>``,
+    ``scratch``."""
     if row["method"] != "flame":
         return row["method"]
     if row["facets"] != len(cfg.text.facets):
@@ -261,8 +264,9 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     seed_everything(seed)
     image = {role: feats.image(role) for role in ("train", "val")}
     if kind == "flame":
-        method = Flame(image["train"].shape[1], feats.facets("train").shape[2], loss=loss, hidden_dim=cfg.projector_hidden,
-                       temperature=cfg.temperature, positives=cfg.positives if loss == "mp_sigmoid" else None)
+        method = Flame(image["train"].shape[1], feats.facets("train").shape[2], loss=loss,
+                       hidden_dim=cfg.projector_hidden, temperature=cfg.temperature,
+                       positives=cfg.positives if loss == "mp_sigmoid" else None)
         data = {r: {"image": image[r], "text": feats.facets(r)[:, :k]} for r in image}
         one = cfg.text.facets.index(cfg.short_text_facet)
         long_text, short_text = (lambda name: feats.facets(name)[:, :k]), (lambda name: feats.facets(name)[:, [one]])
@@ -277,7 +281,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         model, label = _ScratchTower(method), "scratch"
     else:
         baseline = next(b for b in cfg.baselines if b.name == kind)
-        method = ShareLock(feats.text(baseline, "train").shape[1], image["train"].shape[1], cfg.head, cfg.sharelock_loss)
+        method = ShareLock(feats.text(baseline, "train").shape[1], image["train"].shape[1], cfg.head,
+                           cfg.sharelock_loss)
         data = {r: {"image": image[r], "text": feats.text(baseline, r)} for r in image}
         long_text = short_text = (lambda name: feats.text(baseline, name))
         model, label = method, f"sharelock/{short(kind)}"
@@ -392,7 +397,8 @@ def coincidences(cfg: Config, bench: Benchmark, runs: Runs) -> list[dict]:
     return out
 
 
-TIES = ("zero-shot/acc1", "zero-shot-avg/acc1", "retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1")
+TIES = ("zero-shot/acc1", "zero-shot-avg/acc1", "retrieval/image_retrieval_recall@1",
+        "retrieval/text_retrieval_recall@1")
 METRICS = {"zero-shot/acc1": "zero_shot_acc1", "zero-shot/acc5": "zero_shot_acc5",
            "zero-shot-avg/acc1": "zero_shot_avg_acc1", "retrieval/image_retrieval_recall@1": "t2i_r1",
            "retrieval/image_retrieval_recall@5": "t2i_r5", "retrieval/text_retrieval_recall@1": "i2t_r1",

@@ -1,4 +1,5 @@
-"""The FLAME chapter's medium config: seeded subsets of the medium corpus, Tux Paint in five languages, a data-size curve.
+"""The FLAME chapter's medium config: seeded subsets of the medium corpus, Tux Paint in five languages, a data-size
+curve.
 
 Why a module of its own: the medium config changes what the chapter reads (the pooled medium corpus with long
 captions, whose LLM pass costs ~0.1 s per caption on 2 cores, so training, validation and retrieval are fixed
@@ -72,14 +73,16 @@ def tux_multilingual(cfg: MediumConfig) -> tuple[Labelled, dict[str, tuple[str, 
     """Every Tux Paint stamp (photo-like and drawn; seen and unseen concepts) whose sentence exists in all of
     ``tux_locales``: the images, one class per concept, and per locale the class prompts (the sentence of the
     concept's first stamp in that language, e.g. "A frog." / "Ein Frosch." / "カエル")."""
-    chosen = {i["id"]: i for i in tuxpaint.items("all") if all(loc == "en" or loc in i["locales"] for loc in cfg.tux_locales)}
+    chosen = {i["id"]: i for i in tuxpaint.items("all")
+              if all(loc == "en" or loc in i["locales"] for loc in cfg.tux_locales)}
     rows = [r for r in medium.items() if r["source"] == "tuxpaint" and r["key"] in chosen]
     names = list(dict.fromkeys(r["concept"] for r in rows))
     first = {c: next(chosen[r["key"]] for r in rows if r["concept"] == c) for c in names}
     images = Labelled(name="tuxpaint-all-" + "-".join(cfg.tux_locales), ids=tuple(r["id"] for r in rows),
-                      labels=tuple(names.index(r["concept"]) for r in rows), classnames=tuple(names), templates=("{c}",),
-                      load_image=lambda i, rs=rows: medium.load_image(rs[i]),
-                      source={**medium.source_identity({"tuxpaint"}), "subset": "all", "locales": list(cfg.tux_locales)})
+                      labels=tuple(names.index(r["concept"]) for r in rows), classnames=tuple(names),
+                      templates=("{c}",), load_image=lambda i, rs=rows: medium.load_image(rs[i]),
+                      source={**medium.source_identity({"tuxpaint"}), "subset": "all",
+                              "locales": list(cfg.tux_locales)})
     return images, {loc: tuple(tuxpaint.caption(first[c], loc) for c in names) for loc in cfg.tux_locales}
 
 
@@ -103,7 +106,8 @@ def feature_plan(cfg: MediumConfig, bench: Benchmark) -> features.Plan:
     """The image features of the whole splits (the ShareLock chapter's medium entries) and of the Tux Paint sets;
     the K facet embeddings and each baseline's features of every text set."""
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
-    for images in [bench.train, bench.val, bench.retrieval, bench.zero_shot[0], bench.zero_shot[1], tux_multilingual(cfg)[0]]:
+    for images in [bench.train, bench.val, bench.retrieval, bench.zero_shot[0], bench.zero_shot[1],
+                   tux_multilingual(cfg)[0]]:
         plan.add(features.image(cfg.vision, images, **store))
     for name, (texts, source) in text_sets(cfg, bench).items():
         plan.add(features.facets(cfg.text, texts, source=source, name=f"facets:{cfg.text.name}:{name}", **store))
@@ -135,7 +139,8 @@ class MediumFeatures(flame.ChapterFeatures):
         if role in self.index:
             full = self._tensor(f"image:{self.cfg.vision.name}:{getattr(self.bench, role).name}")
             return self._rows(role, full[self.index[role]])
-        images = {"zero-shot": self.bench.zero_shot[0], "tux-photo": self.bench.zero_shot[1], "tux": self.tux_images}[role]
+        images = {"zero-shot": self.bench.zero_shot[0], "tux-photo": self.bench.zero_shot[1],
+                  "tux": self.tux_images}[role]
         return self._tensor(f"image:{self.cfg.vision.name}:{images.name}")
 
     def set_name(self, name: str) -> str:
@@ -181,8 +186,10 @@ def run(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, kind: str, s
     model, long_text, short_text = _text_reader(view, kind, k, method)
     model.eval()
     row.update({"train_pairs": view.train_rows, "first_eval": cfg.train.eval_every})
-    row["tux-photo/acc1"] = zero_shot(model, view.image("tux-photo"), short_text("tux-photo"), bench.zero_shot[1])["acc1"]
-    openclipart = torch.tensor([bench.retrieval.ids[i].startswith("openclipart/") for i in view.index["retrieval"].tolist()])
+    row["tux-photo/acc1"] = zero_shot(model, view.image("tux-photo"), short_text("tux-photo"),
+                                      bench.zero_shot[1])["acc1"]
+    openclipart = torch.tensor([bench.retrieval.ids[i].startswith("openclipart/")
+                                for i in view.index["retrieval"].tolist()])
     found = retrieval(model, view.image("retrieval")[openclipart], long_text("retrieval")[openclipart])
     row.update({f"retrieval-openclipart/{m}": v for m, v in found.items()})
     others = []
@@ -206,7 +213,8 @@ def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, 
     for size in cfg.curve_sizes:
         for kind, label in (("flame", "flame"), ("scratch", "scratch")):
             for seed in cfg.seeds:
-                done = [r for r in runs if flame.run_key(r, cfg) == label and r["seed"] == seed and r["train_pairs"] == size]
+                done = [r for r in runs
+                        if flame.run_key(r, cfg) == label and r["seed"] == seed and r["train_pairs"] == size]
                 curve.add(done[0] if done else run(cfg, bench, feats, kind, seed, train_pairs=size)[0])
     return curve
 
@@ -260,7 +268,8 @@ def claims(cfg: MediumConfig, bench: Benchmark, runs: Runs, *, diagnosis: dict |
         "multilingual_transfer", f"trained on English captions only, FLAME classifies Tux Paint stamps by their "
         f"sentences in other languages ({others}) better than a text tower trained on the same English pairs",
         "Table 4 (multilingual ImageNet-1k, FLAME trained on YFCC15M)",
-        runs.compare("tux:other/acc1", flame.main_setting(cfg), dict(method="scratch")), ("FLAME", "text tower from scratch"),
+        runs.compare("tux:other/acc1", flame.main_setting(cfg), dict(method="scratch")),
+        ("FLAME", "text tower from scratch"),
         paper_value="FLAME 40.6 vs CLIP 19.2 (average of ar, en, it, jp, zh; CLIP trained on WIT-400M)",
         diagnosis=diagnosis.get("multilingual_transfer"), paper_pair=(40.6, 19.2)))
     return out
@@ -279,7 +288,8 @@ def findings(cfg: MediumConfig, bench: Benchmark, runs: Runs) -> dict[str, float
             if summary.n:
                 out[f"{key}/{name}"] = summary.mean
     images, _ = tux_multilingual(cfg)
-    n_openclipart = sum(bench.retrieval.ids[i].startswith("openclipart/") for i in subsets(cfg, bench)["retrieval"].tolist())
+    n_openclipart = sum(bench.retrieval.ids[i].startswith("openclipart/")
+                        for i in subsets(cfg, bench)["retrieval"].tolist())
     out.update({"chance_retrieval": 1 / min(cfg.retrieval_pairs, len(bench.retrieval)),
                 "chance_tux_photo": 1 / len(bench.zero_shot[1].classnames), "chance_tux": 1 / len(images.classnames),
                 "chance_openclipart_retrieval": 1 / n_openclipart})

@@ -27,8 +27,9 @@ from lib.methods.lit import LiT, token_ids
 from lib.methods.sharelock import ShareLock
 
 __all__ = ["NAME", "Config", "LiTConfig", "load_config", "benchmark", "feature_plan", "ChapterFeatures", "grid",
-           "train_and_evaluate", "train_lit", "data_size_curve", "curve_frame", "stuck_runs", "held_out_groups", "prompt_sets",
-           "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label", "method_diagram"]
+           "train_and_evaluate", "train_lit", "data_size_curve", "curve_frame", "stuck_runs", "held_out_groups",
+           "prompt_sets", "style_diagnostics", "claims", "findings", "short", "metric_labels", "setting_label",
+           "method_diagram"]
 
 NAME = "sharelock"
 
@@ -86,7 +87,8 @@ def short(name: str) -> str:
 
 
 _SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST",
-               "medium-concepts-unseen": "unseen", "medium-concepts-train": "seen", "tuxpaint-photo": "Tux Paint photos"}
+               "medium-concepts-unseen": "unseen", "medium-concepts-train": "seen",
+               "tuxpaint-photo": "Tux Paint photos"}
 
 
 def metric_labels(bench: Benchmark) -> dict[str, str]:
@@ -147,7 +149,8 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
 
 
 class ChapterFeatures:
-    """The materialised plan, read by role: ``image(vision, images)``, ``captions(text, pairs)``, ``prompts(text, set)``."""
+    """The materialised plan, read by role: ``image(vision, images)``, ``captions(text, pairs)``,
+    ``prompts(text, set)``."""
 
     def __init__(self, found: features.Features) -> None:
         self.found = found
@@ -189,7 +192,8 @@ def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModel
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig,
                        vision: VisionModelConfig, kind: str = "mlp", seed: int = 0, *,
-                       shuffle_captions: bool = False, train_pairs: int | None = None) -> tuple[dict, object, ShareLock]:
+                       shuffle_captions: bool = False,
+                       train_pairs: int | None = None) -> tuple[dict, object, ShareLock]:
     """Train one head on the training pairs (early stopping on the validation concepts), then evaluate it
     zero-shot on every labelled set and by retrieval on the unseen pairs.
 
@@ -382,7 +386,8 @@ def _lit_budget(lit: Runs) -> str | None:
     last = [r for r in rows if r["best_step"] is not None and r["best_step"] >= r["steps_run"]]
     if not last:
         return None
-    return (f"LiT's best validation step was its last on {len(last)} of {len(rows)} seeds (step {last[0]['steps_run']}): "
+    return (f"LiT's best validation step was its last on {len(last)} of {len(rows)} seeds "
+            f"(step {last[0]['steps_run']}): "
             "it was still improving when its step budget ended, so this verdict is bounded by LiT's budget on this "
             "CPU and says less than the paper's comparison")
 
@@ -403,9 +408,11 @@ def findings(cfg: Config, bench: Benchmark, runs: Runs) -> dict[str, float | Non
         "chance_unseen": 1 / len(bench.zero_shot[0].classnames),
     }
     for t in cfg.text:
-        out[f"text/{short(t.name)}"] = runs.summary(metric, text=short(t.name), vision=vision, control="", head="mlp").mean
+        out[f"text/{short(t.name)}"] = runs.summary(metric, text=short(t.name), vision=vision, control="",
+                                                    head="mlp").mean
     for v in cfg.vision:
-        out[f"vision/{short(v.name)}"] = runs.summary(metric, text=text, vision=short(v.name), control="", head="mlp").mean
+        out[f"vision/{short(v.name)}"] = runs.summary(metric, text=text, vision=short(v.name), control="",
+                                                      head="mlp").mean
     for labelled in bench.zero_shot[1:]:
         out[f"{labelled.name}/acc1"] = runs.summary(f"{labelled.name}/acc1", **main, head="mlp").mean
     for key in ("image_retrieval_recall@1", "text_retrieval_recall@1", "image_retrieval_recall@5",

@@ -30,7 +30,8 @@ from lib.chapters.three_towers_medium import group_accuracy, group_diagnosis  # 
 
 __all__ = ["NAME", "Config", "load_config", "benchmark", "training_pairs", "feature_plan", "Inputs", "inputs",
            "build", "evaluate", "train_and_evaluate", "alpha_sweep", "claims", "findings",
-           "group_accuracy", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "diagnosis_protocols", "fixed_budget", "chance", "chance_checks", "shown_metrics", "test_sets", 
+           "group_accuracy", "ablations", "early_stopping_settings", "early_stopping_diagnosis", "diagnosis_protocols",
+           "fixed_budget", "chance", "chance_checks", "shown_metrics", "test_sets",
            "stuck_runs", "data_size_curve", "group_diagnosis", "CURVE_METRIC"]
 
 NAME = "three_towers"
@@ -355,7 +356,8 @@ def shown_metrics(bench: Benchmark) -> dict[str, str]:
     labels = {"emoji-unseen-google": "unseen emoji", "emoji-unseen-twitter": "unseen emoji, other style",
               "fashion-mnist": "Fashion-MNIST", "emoji-seen-google": "seen emoji (ceiling)",
               "medium-concepts-unseen": "unseen concepts", "tuxpaint-photo-unseen": "Tux Paint photos (unseen)"}
-    labels.update({s.name: "seen concepts (ceiling)" for s in bench.zero_shot if s.name.startswith("medium-concepts-train")})
+    labels.update({s.name: "seen concepts (ceiling)" for s in bench.zero_shot
+                   if s.name.startswith("medium-concepts-train")})
     out = {f"{s.name}/acc1": f"{labels.get(s.name, s.name)} top-1" for s in bench.zero_shot}
     out.update({"retrieval/image_retrieval_recall@1": "text→image R@1",
                 "retrieval/text_retrieval_recall@1": "image→text R@1"})
@@ -374,8 +376,9 @@ def chance_checks(bench: Benchmark, runs: Runs) -> list[dict]:
         for s in test_sets(bench):
             comparison = versus(runs.values(f"{s.name}/acc1", method=variant), levels[s.name])
             out.append({"method": variant, "set": s.name, "top-1 %": comparison.a.text(), "chance %":
-                        f"{100 * levels[s.name]:.2f}", "above chance": {"a": "yes", "b": "below", "tie": "no",
-                                                                         "unclear": "no", "unknown": "too few seeds"}[comparison.outcome]})
+                        f"{100 * levels[s.name]:.2f}",
+                        "above chance": {"a": "yes", "b": "below", "tie": "no", "unclear": "no",
+                                         "unknown": "too few seeds"}[comparison.outcome]})
     return out
 
 

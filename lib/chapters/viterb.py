@@ -375,7 +375,8 @@ def _size_claim(runs: Runs, params: dict[str, float]) -> Claim | None:
 
 
 def _means(runs: Runs, key: str, **where) -> str:
-    values = {v: runs.summary("score", **where, **{key: v}).mean for v in dict.fromkeys(r[key] for r in runs.where(**where))}
+    values = {v: runs.summary("score", **where, **{key: v}).mean
+              for v in dict.fromkeys(r[key] for r in runs.where(**where))}
     return ", ".join(f"{v} {100 * m:.2f} %" for v, m in sorted(values.items(), key=lambda kv: -(kv[1] or 0)))
 
 
@@ -398,7 +399,8 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
         kind = claim.id[: -len("_beats_names")]
         text = "per dataset, " + "; ".join(
             f"{d}: {kind} {100 * (runs.summary('score', **_main(kind=kind, dataset=d)).mean or 0):.2f} % vs names "
-            f"{100 * (runs.summary('score', **_main(kind='name', dataset=d)).mean or 0):.2f} %" for d in cfg.score_datasets)
+            f"{100 * (runs.summary('score', **_main(kind='name', dataset=d)).mean or 0):.2f} %"
+            for d in cfg.score_datasets)
         if kind == "reference" and reference_alone:
             text += "; classes whose reference text is only their name: " + ", ".join(
                 f"{d} {100 * share:.0f} %" for d, share in reference_alone.items())

@@ -28,7 +28,8 @@ def lib_modules(root: Path = REPO_ROOT) -> dict[str, Path]:
 
 
 def imported(path: Path, known: dict[str, Path]) -> set[str]:
-    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and ``lib.a``)."""
+    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and
+    ``lib.a``)."""
     found = set()
     for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):

@@ -124,7 +124,8 @@ class TrainSettings:
         if self.min_delta < 0:
             raise ValueError(f"min_delta must be >= 0, got {self.min_delta}")
         if self.lr <= 0 or self.weight_decay < 0:
-            raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+            raise ValueError(f"lr must be > 0 and weight_decay >= 0, got lr={self.lr}, "
+                             f"weight_decay={self.weight_decay}")
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,8 @@ def build(schema: type, data: Any, where: str = "config"):
         return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
     # field-level checks first, so the message names the field (``small.train.steps: -5 is not allowed``)
-    _check_positive(types.SimpleNamespace(**{f.name: values.get(f.name, default(f)) for f in dataclasses.fields(schema)}),
+    _check_positive(types.SimpleNamespace(**{f.name: values.get(f.name, default(f))
+                                             for f in dataclasses.fields(schema)}),
                     where)
     try:
         return schema(**values)

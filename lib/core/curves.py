@@ -54,7 +54,8 @@ def table(curve: Runs, metric: str, a: Mapping, b: Mapping, names: tuple[str, st
     for size in sorted({r[size_key] for r in curve}):
         cmp = curve.compare(metric, {**a, size_key: size}, {**b, size_key: size})
         rows.append({"training pairs": int(size), names[0]: cmp.a.text(), names[1]: cmp.b.text(),
-                     f"{names[0]} − {names[1]} (points)": None if cmp.difference is None else round(100 * cmp.difference, 1),
+                     f"{names[0]} − {names[1]} (points)":
+                         None if cmp.difference is None else round(100 * cmp.difference, 1),
                      "outcome": {"a": f"{names[0]} ahead", "b": f"{names[1]} ahead", "unclear": "no clear difference",
                                  "tie": "no clear difference", "unknown": "too few seeds"}[cmp.outcome]})
     return pd.DataFrame(rows)

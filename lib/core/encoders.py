@@ -107,7 +107,7 @@ class TextEncoder:
             self.model = self.model.get_encoder()
         self.model.eval().requires_grad_(False).to(device)
         config = self.model.config
-        self.dim = int(getattr(config, "hidden_size", None) or getattr(config, "d_model"))
+        self.dim = int(getattr(config, "hidden_size", None) or config.d_model)
         depth = int(getattr(self.model.config, "num_hidden_layers", 0))
         if not (layer == -1 or 0 <= layer <= depth):
             raise ValueError(f"layer {layer} does not exist in {name} (use -1 or 0..{depth})")

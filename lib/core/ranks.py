@@ -82,7 +82,8 @@ class RankComparison(Comparison):
         if self.outcome == "unknown":
             return f"{head}: too few seeds to judge"
         if self.outcome == "unclear":
-            floor = f"; with {self.n} models the smallest possible p is 1/{math.factorial(self.n)}" if self.n <= 4 else ""
+            floor = (f"; with {self.n} models the smallest possible p is 1/{math.factorial(self.n)}"
+                     if self.n <= 4 else "")
             return f"{head}: no clear correlation (p >= 0.05, or a seed on the other side{floor})"
         return f"{head}: a clear {'positive' if self.outcome == 'a' else 'negative'} rank correlation"
 

@@ -166,7 +166,8 @@ class Comparison:
             return "tie"
         return self.outcome
 
-    def says(self, name_a: str, name_b: str, scale: float = 100.0, unit: str = " %", smallest: float | None = None) -> str:
+    def says(self, name_a: str, name_b: str, scale: float = 100.0, unit: str = " %",
+             smallest: float | None = None) -> str:
         """One sentence: both means ± sd, the difference with its interval, and what the interval decides."""
         head = f"{name_a} {self.a.text(scale)}{unit} vs {name_b} {self.b.text(scale)}{unit}"
         if self.outcome == "unknown":
@@ -368,7 +369,8 @@ class Claim:
         if self.origin == "book":
             line = f"**{self.verdict}** (the book's own question): {self.statement} — {self.evidence}"
         else:
-            line = f"**{self.verdict}**: {self.statement} — {self.evidence} (paper: {self.paper_value}; {self.reference})"
+            line = (f"**{self.verdict}**: {self.statement} — {self.evidence} "
+                    f"(paper: {self.paper_value}; {self.reference})")
         return line + (f"; measured: {self.diagnosis}" if self.diagnosis else "")
 
     def as_dict(self) -> dict:

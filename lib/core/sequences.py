@@ -103,7 +103,8 @@ def _token_ids(lengths: np.ndarray) -> list[str]:
 def _parts(spec: Mapping, lengths: np.ndarray | None = None) -> tuple[dict, dict | None]:
     base = dict(spec)
     if "part" in base:
-        raise StoreError("a sequence spec must not have a 'part' field: lib.core.sequences adds it ('lengths'/'tokens')")
+        raise StoreError("a sequence spec must not have a 'part' field: lib.core.sequences adds it "
+                         "('lengths'/'tokens')")
     tokens = None if lengths is None else {**base, "part": "tokens", "lengths_sha256": _lengths_sha256(lengths)}
     return {**base, "part": "lengths"}, tokens
 
@@ -242,8 +243,8 @@ def sequence_features(
 
     ``lengths(rows)`` returns the token count of each item row (cheap; no model run needed for text);
     ``compute(rows)`` returns one ``(lengths[i], dim)`` array or tensor per item row. Token shards hold
-    ``shard_tokens`` rows each in ``dtype`` (default: the store's); ``rank``/``world_size`` split them across processes as
-    :meth:`FeatureStore.get_or_compute` does (``None`` until every rank's shards exist). A cache hit
+    ``shard_tokens`` rows each in ``dtype`` (default: the store's); ``rank``/``world_size`` split them across
+    processes as :meth:`FeatureStore.get_or_compute` does (``None`` until every rank's shards exist). A cache hit
     computes nothing and calls neither function.
     """
     if not isinstance(shard_tokens, int) or shard_tokens < 1:

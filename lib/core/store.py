@@ -188,7 +188,7 @@ class FeatureStore:
             return self._load(entry, manifest=manifest)
         if warn:
             warnings.warn(f"shard(s) {', '.join(map(str, lost))} of the complete entry {key} ({entry}) are missing or "
-                          "of the wrong size; recomputing them (the other shards are reused)")
+                          "of the wrong size; recomputing them (the other shards are reused)", stacklevel=2)
         return None
 
     def _reopen(self, entry: Path, key: str, ids_raw: bytes, dtype: str) -> CachedFeatures | None:
@@ -321,7 +321,8 @@ class FeatureStore:
             _check_sidecar(sc, s)
         except (OSError, ValueError):  # cannot happen via _atomic_write: damage after the fact
             if warn:
-                warnings.warn(f"sidecar of shard {s} of entry {key} ({side}) is unreadable; recomputing the shard")
+                warnings.warn(f"sidecar of shard {s} of entry {key} ({side}) is unreadable; recomputing the shard",
+                              stacklevel=2)
             return None
         dtype, shard_rows = layout
         if sc["rows"] != self._rows(s, n, shard_rows) or sc["dtype"] != dtype:
@@ -335,7 +336,8 @@ class FeatureStore:
             ok = False
         if not ok:
             if warn:
-                warnings.warn(f"shard {s} of entry {key} ({npy}) does not match its sidecar; recomputing it")
+                warnings.warn(f"shard {s} of entry {key} ({npy}) does not match its sidecar; recomputing it",
+                              stacklevel=2)
             return None
         return sc
 

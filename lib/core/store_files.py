@@ -213,7 +213,7 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
             if not _no_flock_warned:
                 _no_flock_warned = True
                 warnings.warn(f"the file system of {path} refuses flock ({e}): the feature store runs without "
-                              "locks, so precompute each entry from one process at a time")
+                              "locks, so precompute each entry from one process at a time", stacklevel=2)
             held = True
         yield held
     finally:

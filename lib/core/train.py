@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import random
 import time
 import warnings
@@ -417,7 +416,8 @@ def fit(
             history.append(record)
 
             if val is not None and (step % config.eval_every == 0 or step == config.steps):
-                with distributed.no_gather(), _autocast(config.precision, device):  # every rank: the whole validation set, its own negatives
+                # every rank: the whole validation set, its own negatives
+                with distributed.no_gather(), _autocast(config.precision, device):
                     val_loss = _validation_loss(method, val, n_val, micro)
                 val_loss = distributed.broadcast_float(val_loss)  # one decision for all ranks
                 record["val_loss"] = val_loss
@@ -463,7 +463,8 @@ def fit(
     )
     run_cache.count(read=False)
     if cache_key is not None:
-        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in {"settings", "cached"}}
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+                  if f.name not in {"settings", "cached"}}
         run_cache.save(cache_key, method, fields)
     return result
 

@@ -74,7 +74,8 @@ class _Budget:
         self.used += n
         if self.used > self.cap:
             raise ArchiveError(f"{self.archive}: expands past {self.cap:,} bytes (at member {name!r}); a decompression "
-                               "bomb or the wrong file. Raise LIB_PREPARE_MAX_TOTAL_BYTES if the release really is larger")
+                               "bomb or the wrong file. Raise LIB_PREPARE_MAX_TOTAL_BYTES if the release really is "
+                               "larger")
 
 
 def bounded_read(handle, name: str, archive: Path | str, budget: _Budget | None = None) -> bytes:

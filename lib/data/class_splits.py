@@ -7,8 +7,9 @@ This module holds the one shape every such dataset takes (:class:`ClassBenchmark
 images with a class and a role), the seeded split rule, the checksummed split files, the two datasets
 of the small config: the emoji concepts (drawings, the emoji corpus's family-disjoint split) and Fashion-MNIST
 (photos, a seeded 7 / 3 class split), the medium config's corpus (``medium_benchmark``: ~7,900 concepts of
-four drawing sources, split by concept families), and the protocol's diagram drawn from these objects. The full config's four
-datasets are read by :mod:`lib.data.full_sets` into the same shape. See notebooks/viterb.py, section "Seen and unseen classes, as data".
+four drawing sources, split by concept families), and the protocol's diagram drawn from these objects. The full
+config's four datasets are read by :mod:`lib.data.full_sets` into the same shape. See notebooks/viterb.py, section
+"Seen and unseen classes, as data".
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from lib.data import emoji, manifests
 
 __all__ = ["ImageSource", "ClassBenchmark", "seeded_class_split", "write_fashion_split", "load_split_file",
            "EMOJI_SUBSET", "EMOJI_SUBSET_SEED", "emoji_split", "emoji_concepts", "emoji_benchmark",
-           "FashionImages", "fashion_benchmark", "medium_benchmark", "MEDIUM_SPLITS", "FASHION_SPLIT_SEED", "FASHION_UNSEEN", "SPLIT_DIR", "ROLES",
-           "split_diagram"]
+           "FashionImages", "fashion_benchmark", "medium_benchmark", "MEDIUM_SPLITS", "FASHION_SPLIT_SEED",
+           "FASHION_UNSEEN", "SPLIT_DIR", "ROLES", "split_diagram"]
 
 SPLIT_DIR = REPO_ROOT / "data_manifests" / "splits"
 FASHION_SPLIT_SEED = 0
@@ -268,10 +269,11 @@ def split_diagram(benches: dict[str, ClassBenchmark], score_datasets: Sequence[s
     bars.set(xlim=(0, 1.0), ylim=(-0.5, len(benches) - 0.2), yticks=[], xlabel="share of the dataset's classes")
     bars.grid(False)
     bars.spines[["top", "right", "left"]].set_visible(False)
-    steps = [("seen", "seen classes: train the head on\n(image, class text) pairs, one text\nof the class drawn per step"),
+    steps = [("seen", "seen classes: train the head on\n(image, class text) pairs, one text\n"
+                      "of the class drawn per step"),
              ("val", "val images: early stopping"),
-             ("unseen", "unseen classes: classify each test\nimage among the unseen classes by\nthe mean score of their texts;\n"
-                        "score = mean per-class accuracy")]
+             ("unseen", "unseen classes: classify each test\nimage among the unseen classes by\n"
+                        "the mean score of their texts;\nscore = mean per-class accuracy")]
     for i, (role, text) in enumerate(steps):
         flow.text(0.02, 0.95 - 0.3 * i, text, fontsize=9.5, va="top", ha="left",
                   bbox=dict(boxstyle="round", facecolor=colours[role], alpha=0.25, edgecolor=colours[role]))

@@ -43,9 +43,9 @@ from lib.data.class_splits import ClassBenchmark
 from lib.data.templates import IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, NAME_ONLY
 
 __all__ = ["TEXT_KINDS", "GENERATED_KINDS", "VARIANTS", "TEMPLATES", "PROMPTS", "PROMPT_VARIANTS", "MAX_NEW_TOKENS",
-           "CLASS_TEXT_DIR", "CLASS_TEXT_MANIFEST", "FASHION_WORDNET", "SMALL_DATASETS", "MEDIUM_REFERENCE", "ClassTexts", "class_texts",
-           "split_sentences", "generation_classes", "generate_texts", "class_text_path", "write_class_texts",
-           "load_class_texts", "text_source"]
+           "CLASS_TEXT_DIR", "CLASS_TEXT_MANIFEST", "FASHION_WORDNET", "SMALL_DATASETS", "MEDIUM_REFERENCE",
+           "ClassTexts", "class_texts", "split_sentences", "generation_classes", "generate_texts", "class_text_path",
+           "write_class_texts", "load_class_texts", "text_source"]
 
 TEXT_KINDS = ("name", "description", "encyclopedia", "reference")
 GENERATED_KINDS = ("description", "encyclopedia")

@@ -22,8 +22,10 @@ NOT_COVERED = ("flags", "symbols", "smileys & emotion", "people & body")
 # Openclipart folders whose drawings are plainly one or the other (the rest, e.g. recreation, are on neither side).
 MEDIUM_GROUPS = {"animals-nature": "animals & nature", "food-drink": "food & drink", "travel-places": "travel & places",
                  "objects": "objects", "flags": "flags", "symbols": "symbols", "smileys-emotion": "smileys & emotion",
-                 "people-body": "people & body", **{f: "objects" for f in ("animals", "food", "plants", "transportation",
-                 "buildings", "tools", "electronics", "containers")}, "signs_and_symbols": "symbols", "people": "people & body"}
+                 "people-body": "people & body",
+                 **{f: "objects" for f in ("animals", "food", "plants", "transportation", "buildings", "tools",
+                                           "electronics", "containers")},
+                 "signs_and_symbols": "symbols", "people": "people & body"}
 
 
 def concept_groups(labelled) -> list[str] | None:
@@ -38,5 +40,6 @@ def concept_groups(labelled) -> list[str] | None:
         from lib.data import medium
 
         rows = {r["id"]: r for r in medium.items()}
-        return [MEDIUM_GROUPS.get(rows[i]["category"]) if rows[i]["source"] != "game-icons" else None for i in labelled.ids]
+        return [MEDIUM_GROUPS.get(rows[i]["category"]) if rows[i]["source"] != "game-icons" else None
+                for i in labelled.ids]
     return None

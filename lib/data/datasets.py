@@ -28,7 +28,8 @@ class DataConfig:
 
     corpus: Literal["emoji", "pairs", "medium"]  # medium: lib.data.medium's pooled corpus (lib.data.benchmarks)
     captions: Literal["label", "label_tags", "long"] = "label_tags"
-    prompts: Literal["name", "sentences"] = "sentences"  # zero-shot prompts: the bare class name, or CLIP-style templates
+    # zero-shot prompts: the bare class name, or CLIP-style templates
+    prompts: Literal["name", "sentences"] = "sentences"
     train_style: Literal["google", "twitter"] = "google"
     other_style: Literal["google", "twitter"] = "twitter"
     pairs_dataset: str | None = None  # full config: a manifest name (image-caption pairs)
@@ -138,7 +139,8 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
 
     def bad(number: int, problem: str) -> manifests.DatasetMissingError:
         return manifests.DatasetMissingError(f"{path} line {number}: {problem}; fix that line (each line must be "
-                                             f'{{"image": "<path>", "caption": "<text>"}}) or prepare the dataset again')
+                                             f'{{"image": "<path>", "caption": "<text>"}}) or prepare the dataset '
+                                             "again")
 
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -187,9 +189,9 @@ def folder_labelled(name: str, per_class: int | None = None, prompts: str = "sen
         repeated = sorted({v for v in values if list(values).count(v) > 1} - (allowed if what == "classes" else set()))
         if repeated:
             raise manifests.DatasetMissingError(
-                f"dataset {name!r}: data_manifests/{name}.yaml lists {what} {repeated[0]!r} more than once; two classes "
-                "with one name cannot be told apart by a zero-shot classifier: merge or rename them (or list it under "
-                "known_duplicate_classes if a published list repeats it)")
+                f"dataset {name!r}: data_manifests/{name}.yaml lists {what} {repeated[0]!r} more than once; two "
+                "classes with one name cannot be told apart by a zero-shot classifier: merge or rename them (or list "
+                "it under known_duplicate_classes if a published list repeats it)")
     if len(classnames) != len(class_dirs):
         raise manifests.DatasetMissingError(
             f"dataset {name!r}: data_manifests/{name}.yaml has {len(classnames)} classes but {len(class_dirs)} "

@@ -129,7 +129,8 @@ def corpus_dir() -> Path:
         for name, record in contents.items():
             path = target / name
             if not path.is_file() or path.stat().st_size != record["bytes"]:
-                state = "is missing" if not path.is_file() else f"has {path.stat().st_size} bytes, not {record['bytes']}"
+                state = ("is missing" if not path.is_file()
+                         else f"has {path.stat().st_size} bytes, not {record['bytes']}")
                 raise manifests.DatasetMissingError(f"{path} {state}: the unpacked emoji corpus is damaged; run "
                                                     f"`{REEXTRACT}`")
         _checked.add(target)

@@ -50,15 +50,17 @@ def full_split(dataset: str, classes: Sequence[str], counts: dict[str, int] | No
         ranked = sorted((c for c in candidates if counts.get(c, 0) > 0), key=lambda c: (-counts[c], c))
         if len(ranked) < n_unseen:
             raise manifests.DatasetMissingError(
-                f"{dataset}: only {len(ranked)} non-empty synset folders besides the {splits['seen_manifest']} classes, "
-                f"{n_unseen} needed for the unseen classes: add the missing IN-21k synsets")
+                f"{dataset}: only {len(ranked)} non-empty synset folders besides the {splits['seen_manifest']} "
+                f"classes, {n_unseen} needed for the unseen classes: add the missing IN-21k synsets")
         return {"seen": seen, "unseen": sorted(ranked[:n_unseen]),
-                "rule": f"the {n_unseen} non-{splits['seen_manifest']} synsets with the most images (ties: smaller wnid)"}
+                "rule": f"the {n_unseen} non-{splits['seen_manifest']} synsets with the most images "
+                        "(ties: smaller wnid)"}
     if "unseen" in splits and isinstance(splits["unseen"], list):
         unseen = list(splits["unseen"])
         missing = [c for c in unseen if c not in classes]
         if missing:
-            raise manifests.DatasetMissingError(f"{dataset}: unseen classes {missing[:3]} are not in the dataset's class list")
+            raise manifests.DatasetMissingError(f"{dataset}: unseen classes {missing[:3]} are not in the dataset's "
+                                                "class list")
         return {"seen": [c for c in classes if c not in unseen], "unseen": unseen}
     if "n_unseen" in splits:
         return seeded_class_split(classes, int(splits["n_unseen"]), int(splits["seed"]))
@@ -172,7 +174,8 @@ def _numbered_lines(path: Path) -> list[tuple[str, str]]:
 
 
 def _check_listed_files(dataset: str, root: Path, paths: Sequence[str], listing: Path | str) -> None:
-    """Every image a list names exists: a half-extracted archive would otherwise fail mid-way through feature extraction."""
+    """Every image a list names exists: a half-extracted archive would otherwise fail mid-way through feature
+    extraction."""
     missing = [p for p in paths if not (root / p).is_file()]
     if missing:
         raise manifests.DatasetMissingError(
@@ -195,14 +198,16 @@ def cub_benchmark() -> ClassBenchmark:
         raise manifests.DatasetMissingError(
             f"dataset 'cub': class {absent[0]!r} (unseen in the split of data_manifests/cub.yaml) is not in "
             f"{folder / layout['classes']} and has no folder {folder / layout['image_dir'] / absent[0]}"
-            f"{f' ({len(absent)} such classes)' if len(absent) > 1 else ''}: another version of CUB? Get it: {_obtain('cub')}")
+            f"{f' ({len(absent)} such classes)' if len(absent) > 1 else ''}: another version of CUB? "
+            f"Get it: {_obtain('cub')}")
     split = full_split("cub", classes)
     images: dict[str, list[str]] = {c: [] for c in classes}
     for _, path in _numbered_lines(folder / layout["images"]):
         class_dir = path.split("/")[0]
         if class_dir not in images:
             raise manifests.DatasetMissingError(f"{folder / layout['images']} lists {path!r}, whose class is not in "
-                                                f"{folder / layout['classes']}: the two files are of different versions")
+                                                f"{folder / layout['classes']}: the two files are of different "
+                                                "versions")
         images[class_dir].append(f"{layout['image_dir']}/{path}")
     for c in classes:
         _class_folder_images("cub", folder / layout["image_dir"] / c, c, _role(split, c))
@@ -219,7 +224,8 @@ def aircraft_benchmark() -> ClassBenchmark:
     dataset = "fgvc-aircraft"
     layout = manifests.load(dataset)["layout"]
     folder = _manifest_folder(dataset, layout["classes"])
-    families = [line.strip() for line in (folder / layout["classes"]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    families = [line.strip() for line in (folder / layout["classes"]).read_text(encoding="utf-8").splitlines()
+                if line.strip()]
     split = full_split(dataset, families)
     images: dict[str, list[str]] = {f: [] for f in families}
     family_of: dict[str, str] = {}
@@ -227,8 +233,9 @@ def aircraft_benchmark() -> ClassBenchmark:
         _manifest_folder(dataset, listing)
         for image_id, family in _numbered_lines(folder / listing):
             if family not in images:
-                raise manifests.DatasetMissingError(f"{folder / listing}: image {image_id} has family {family!r}, which "
-                                                    f"is not in {folder / layout['classes']}: files of different versions?")
+                raise manifests.DatasetMissingError(f"{folder / listing}: image {image_id} has family {family!r}, "
+                                                    f"which is not in {folder / layout['classes']}: files of "
+                                                    "different versions?")
             if family_of.setdefault(image_id, family) != family:
                 raise manifests.DatasetMissingError(f"image {image_id} has two families ({family_of[image_id]!r}, "
                                                     f"{family!r}) in {folder}: the image lists are damaged")
@@ -237,9 +244,11 @@ def aircraft_benchmark() -> ClassBenchmark:
     empty = [f for f in families if not images[f]]
     if empty:
         raise manifests.DatasetMissingError(
-            f"dataset {dataset!r}: family {empty[0]!r} ({_role(split, empty[0])}) of {folder / layout['classes']} has no "
-            f"image in {', '.join(layout['images'])} under {folder}: the lists are incomplete. Get it: {_obtain(dataset)}")
-    _check_listed_files(dataset, folder, [p for f in families for p in images[f]], f"{folder}/{{{','.join(layout['images'])}}}")
+            f"dataset {dataset!r}: family {empty[0]!r} ({_role(split, empty[0])}) of {folder / layout['classes']} "
+            f"has no image in {', '.join(layout['images'])} under {folder}: the lists are incomplete. "
+            f"Get it: {_obtain(dataset)}")
+    _check_listed_files(dataset, folder, [p for f in families for p in images[f]],
+                        f"{folder}/{{{','.join(layout['images'])}}}")
     return _full_benchmark(dataset, folder, [(f, f) for f in families], split, images)
 
 

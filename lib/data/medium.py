@@ -153,7 +153,8 @@ def load_splits() -> dict:
     actual = hashlib.sha256(SPLITS_FILE.read_bytes()).hexdigest()
     if actual != expected:
         raise manifests.DatasetMissingError(f"{SPLITS_FILE} has sha256 {actual[:12]}…, data_manifests/medium.yaml "
-                                            f"{expected[:12]}…: regenerate (`python -m lib.data.medium --write-splits`)")
+                                            f"{expected[:12]}…: regenerate "
+                                            "(`python -m lib.data.medium --write-splits`)")
     return json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
 
 
@@ -161,13 +162,15 @@ def split_rows(split: str, level: str = "concepts", sources=TRAIN_SOURCES, style
     """Corpus rows of ``sources`` (and ``styles``) whose concept (``level="concepts"``) or category
     (``"categories"``) is in ``split``; a row of an unknown concept or category is an error, not a gap."""
     if split not in SPLIT_FRACTIONS or level not in ("concepts", "categories"):
-        raise ValueError(f"split {split!r} / level {level!r}: choose from {tuple(SPLIT_FRACTIONS)} / concepts, categories")
+        raise ValueError(f"split {split!r} / level {level!r}: choose from {tuple(SPLIT_FRACTIONS)} / concepts, "
+                         "categories")
     table, key = load_splits()[level], "concept" if level == "concepts" else "category"
     rows = [r for r in items() if r["source"] in sources and (styles is None or r["style"] in styles)]
     unknown = [r[key] for r in rows if r[key] not in table]
     if unknown:
-        raise manifests.DatasetMissingError(f"{len(unknown)} rows (e.g. {unknown[0]!r}) have no split in {SPLITS_FILE}: "
-                                            "the corpus changed; `python -m lib.data.medium --write-splits`")
+        raise manifests.DatasetMissingError(f"{len(unknown)} rows (e.g. {unknown[0]!r}) have no split in "
+                                            f"{SPLITS_FILE}: the corpus changed; "
+                                            "`python -m lib.data.medium --write-splits`")
     return [r for r in rows if table[r[key]] == split]
 
 
@@ -191,7 +194,8 @@ def _labelled(name: str, rows: list[dict], templates, extra: dict, classname=Non
     index = {n: i for i, n in enumerate(names)}
     return Labelled(name=name, ids=tuple(r["id"] for r in rows),
                     labels=tuple(index[(classname or (lambda r: r["concept"]))(r)] for r in rows),
-                    classnames=tuple(names), templates=tuple(templates), load_image=lambda i, rs=rows: load_image(rs[i]),
+                    classnames=tuple(names), templates=tuple(templates),
+                    load_image=lambda i, rs=rows: load_image(rs[i]),
                     source={**source_identity({r["source"] for r in rows} or {NAME}), **extra})
 
 
@@ -216,7 +220,8 @@ def labelled(split: str, level: str = "concepts", sources=TRAIN_SOURCES, styles=
     rows = rows[:limit]
     name = f"medium-{level}-{split}" + (f"-{max_classes}-classes" if max_classes is not None else "")
     return _labelled(name, rows, NAME_ONLY if prompts == "name" else EMOJI_TEMPLATES,
-                     {"split": split, "level": level, "sources": sorted(sources), "styles": sorted(styles) if styles else "all",
+                     {"split": split, "level": level, "sources": sorted(sources),
+                      "styles": sorted(styles) if styles else "all",
                       **({"max_classes": max_classes} if max_classes is not None else {})})
 
 
@@ -266,7 +271,8 @@ def benchmark(data) -> Benchmark:
 
 def summary() -> dict:
     rows = items()
-    return {"images": len(rows), "concepts": len({r["concept"] for r in rows}), "families": len({r["family"] for r in rows}),
+    return {"images": len(rows), "concepts": len({r["concept"] for r in rows}),
+            "families": len({r["family"] for r in rows}),
             "by_source": Counter(f"{r['source']}/{r['style']}" for r in rows)}
 
 

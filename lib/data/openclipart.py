@@ -224,8 +224,9 @@ def _build_index(target: Path) -> None:
             raise manifests.DatasetMissingError(f"{base / sub} is missing: run `{SETUP}` (Debian openclipart-{sub})")
         digest = tree_digest(base / sub, f".{sub}")
         if digest != manifest[key]:
-            raise manifests.DatasetMissingError(f"{base / sub}: tree sha256 {digest[:12]}…, manifest {manifest[key][:12]}…: "
-                                                f"another version of Debian openclipart-{sub}; reinstall it ({SETUP})")
+            raise manifests.DatasetMissingError(f"{base / sub}: tree sha256 {digest[:12]}…, "
+                                                f"manifest {manifest[key][:12]}…: another version of Debian "
+                                                f"openclipart-{sub}; reinstall it ({SETUP})")
     pngs = sorted(p for p in (base / "png").rglob("*.png") if not p.is_symlink())
     meta = {p: svg_metadata(base / "svg" / p.relative_to(base / "png").with_suffix(".svg")) for p in pngs}
     shared = Counter(" ".join((m["title"] or "").split()) for m in meta.values())
@@ -352,7 +353,8 @@ def make_splits(entries: list[dict], seed: int = SPLIT_SEED) -> dict:
 @lru_cache(maxsize=1)
 def load_splits() -> dict:
     if not SPLITS_FILE.is_file():
-        raise manifests.DatasetMissingError(f"{SPLITS_FILE} is missing: `python -m lib.data.openclipart --write-splits`")
+        raise manifests.DatasetMissingError(f"{SPLITS_FILE} is missing: "
+                                            "`python -m lib.data.openclipart --write-splits`")
     expected = manifests.load(NAME)["splits"]["sha256"]
     actual = hashlib.sha256(SPLITS_FILE.read_bytes()).hexdigest()
     if actual != expected:

@@ -65,7 +65,8 @@ def cached_pixels(images, size: int, decode: Callable[[Callable, int, int], torc
             return found
     pixels = decode(images.load_image, len(images), size)
     if tuple(pixels.shape) != shape or pixels.dtype != torch.uint8:
-        raise ValueError(f"decode returned {pixels.dtype} {tuple(pixels.shape)} for {images.name}, expected uint8 {shape}")
+        raise ValueError(f"decode returned {pixels.dtype} {tuple(pixels.shape)} for {images.name}, "
+                         f"expected uint8 {shape}")
     buffer = io.BytesIO()
     np.save(buffer, pixels.numpy(), allow_pickle=False)
     atomic.write_bytes(path, buffer.getvalue())

@@ -203,14 +203,17 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
     try:
         result = prepare_sets.PREPARERS[dataset](source, staging, dict(options or {}),
-                                                 lambda found: verify_downloads(dataset, found, memo, say, skip_checksums), say)
+                                                 lambda found: verify_downloads(dataset, found, memo, say,
+                                                                                skip_checksums),
+                                                 say)
     finally:
         if memo:
             write_json(memo_path, memo)
     index = {rel: file_sha256(staging.path / rel) for rel in result.index_files}
     write_json(staging.path / RECORD, {
         "format": FORMAT, "dataset": dataset, "prepared_by": "python -m lib.data.prepare", "source": str(source),
-        "checksums": "skipped" if skip_checksums else "checked where the manifest records one", "inputs": result.inputs, "settings": result.settings, "counts": result.counts,
+        "checksums": "skipped" if skip_checksums else "checked where the manifest records one",
+        "inputs": result.inputs, "settings": result.settings, "counts": result.counts,
         "dropped": {k: {"count": len(v), "examples": sorted(v)[:10]} for k, v in result.dropped.items()},
         "index_sha256": index, "seconds": round(time.time() - started, 1)})
     memo_path.unlink(missing_ok=True)
@@ -237,13 +240,14 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
     how = " ".join(str(manifests.load(dataset).get("obtain", "")).split())
     staging = folder.parent / f".{folder.name}.preparing"
     if not folder.is_dir():
-        resume = f" (an interrupted preparation is in {staging}: the same command resumes it)" if staging.is_dir() else ""
+        resume = (f" (an interrupted preparation is in {staging}: the same command resumes it)"
+                  if staging.is_dir() else "")
         return [f"dataset {dataset}: {folder} does not exist{resume}: {command}. Get the files: {how}"]
     record_path = _record_path(folder)
     if not record_path.is_file():
-        return [f"dataset {dataset}: {folder} was not made by lib.data.prepare (no {RECORD}): run `{command} --replace` "
-                f"(with --from {folder} it checks a copy laid out by hand and builds the layout from it; your folder "
-                f"is moved aside to {folder.name}.replaced-<time>, nothing is deleted)"]
+        return [f"dataset {dataset}: {folder} was not made by lib.data.prepare (no {RECORD}): "
+                f"run `{command} --replace` (with --from {folder} it checks a copy laid out by hand and builds the "
+                f"layout from it; your folder is moved aside to {folder.name}.replaced-<time>, nothing is deleted)"]
     try:
         record = json.loads(record_path.read_text())
     except ValueError:
@@ -252,7 +256,8 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
     for rel, expected in (record.get("index_sha256") or {}).items():
         path = folder / rel
         if not path.is_file():
-            problems.append(f"dataset {dataset}: {path} is missing (recorded by the preparation): run `{command} --force`")
+            problems.append(f"dataset {dataset}: {path} is missing (recorded by the preparation): "
+                            f"run `{command} --force`")
         elif file_sha256(path) != expected:
             problems.append(f"dataset {dataset}: {path} changed since it was prepared (sha256 differs from "
                             f"{RECORD}): run `{command} --force`")
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "or <NAME>_DIR)")
     parser.add_argument("--force", action="store_true", help="prepare again even if the target is prepared")
     parser.add_argument("--replace", action="store_true",
-                        help="--to holds files prepare did not write: move that folder aside (never deleted) and prepare")
+                        help="--to holds files prepare did not write: move that folder aside (never deleted) and "
+                             "prepare")
     parser.add_argument("--all-images", action="store_true",
                         help="imagenet-plus: extract every image, not only the manifest's capped sample")
     parser.add_argument("--skip-checksums", action="store_true",

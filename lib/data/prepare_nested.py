@@ -37,7 +37,8 @@ def _image(name: str) -> bool:
 
 
 class Synsets:
-    """One release: a tar of ``<wnid>.tar`` (any compression), or a folder of ``<wnid>.tar`` files or ``<wnid>/`` folders."""
+    """One release: a tar of ``<wnid>.tar`` (any compression), or a folder of ``<wnid>.tar`` files or ``<wnid>/``
+    folders."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -98,7 +99,7 @@ class Synsets:
                 name = member.name.rsplit("/", 1)[-1]
                 if member.isfile() and name in names:
                     rel = f"{folder}/{wnid}/{name}"
-                    _put(staging, rel, Entry(name, member.size, lambda m=member: inner.extractfile(m).read()))
+                    _put(staging, rel, Entry(name, member.size, lambda m=member, t=inner: t.extractfile(m).read()))
                     done.append(rel)
         return done
 
@@ -174,7 +175,8 @@ def imagenet_plus(source: Path, staging, options: dict, verify, say, result, app
         chosen = {w: names for (r, w), names in wanted.items() if r == role}
         written += release.extract(chosen, staging, layout[f"{role}_dir"], link=True)
     per_folder = _per_folder(staging, written)
-    short = [f for (r, w), names in wanted.items() for f in [f"{layout[f'{r}_dir']}/{w}"] if per_folder.get(f) != len(names)]
+    short = [f for (r, w), names in wanted.items() for f in [f"{layout[f'{r}_dir']}/{w}"]
+             if per_folder.get(f) != len(names)]
     if short:
         _fail(f"{short[0]}: fewer images extracted than listed: the release changed while being read? Run again")
     result.counts.update(seen_classes=len(seen_wnids), unseen_classes=len(unseen), images=len(written),

@@ -16,8 +16,6 @@ import json
 import os
 import random
 import re
-import tarfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,7 +25,8 @@ from lib.data.archives import ArchiveError, Entry, entries  # noqa: F401  (re-ex
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 READS = {
-    "cc3m-llava": "chat.json and images.zip of the HF dataset liuhaotian/LLaVA-CC3M-Pretrain-595K (or images/ unzipped)",
+    "cc3m-llava": "chat.json and images.zip of the HF dataset liuhaotian/LLaVA-CC3M-Pretrain-595K "
+                  "(or images/ unzipped)",
     "imagenet-1k": "ILSVRC2012_img_val.tar and ILSVRC2012_devkit_t12.tar.gz (or val images already in <wnid>/ folders)",
     "awa2": "AwA2-data.zip (or its Animals_with_Attributes2/ folder); optionally xlsa17.zip to check the split",
     "cub": "CUB_200_2011.tgz (or its CUB_200_2011/ folder); optionally xlsa17.zip to check the split",
@@ -131,14 +130,16 @@ def _is_image(name: str) -> bool:
 
 # ------------------------------------------------------------------------------------------ settings and checks
 def settings(dataset: str) -> dict:
-    """The manifest's settings a preparation depends on (recorded; a change makes :func:`lib.data.prepare.check` fail)."""
+    """The manifest's settings a preparation depends on (recorded; a change makes :func:`lib.data.prepare.check`
+    fail)."""
     manifest = manifests.load(dataset)
     if dataset in ("cc3m-llava", "flame-recap-cc3m"):
         return {"split": manifest.get("prepare")}
     if dataset == "imagenet-plus":
         splits = manifest["splits"]
         return {"images": manifest.get("images"), "layout": manifest.get("layout"),
-                "unseen": splits.get("unseen_wnids") or {"rule": splits.get("unseen_rule"), "n": splits.get("n_unseen")}}
+                "unseen": splits.get("unseen_wnids") or {"rule": splits.get("unseen_rule"),
+                                                         "n": splits.get("n_unseen")}}
     return {}
 
 
@@ -150,7 +151,8 @@ def count_problems(dataset: str, folder: Path, record: dict, command: str) -> li
         path = folder / rel
         found = sum(1 for e in os.scandir(path) if e.is_file() and _is_image(e.name)) if path.is_dir() else 0
         if found != expected:
-            problems.append(f"dataset {dataset}: {path} holds {found} images, {expected} were prepared: run `{command} --force`")
+            problems.append(f"dataset {dataset}: {path} holds {found} images, {expected} were prepared: "
+                            f"run `{command} --force`")
             if len(problems) >= 3:
                 problems.append(f"dataset {dataset}: (more folders differ)")
                 break
@@ -201,7 +203,8 @@ def cc3m_llava(source: Path, staging, options: dict, verify, say):
     chat = find(source, ["chat.json"], "chat.json")
     images = find(source, ["images.zip", "images"], "images.zip", folder_ok=True)
     result.inputs = verify({"captions": chat, "images": images})
-    wanted, rows, dropped = {}, [], {"no gpt caption": set(), "no image in the download": set(), "image does not decode": set()}
+    wanted, rows, dropped = {}, [], {"no gpt caption": set(), "no image in the download": set(),
+                                     "image does not decode": set()}
     for row in json.loads(chat.read_text(encoding="utf-8")):
         turns = [t.get("value") for t in row.get("conversations", []) if isinstance(t, dict) and t.get("from") == "gpt"]
         if not turns or not _caption_ok(turns[0]) or not isinstance(row.get("image"), str):
@@ -283,7 +286,8 @@ def imagenet_1k(source: Path, staging, options: dict, verify, say):
     tar = find(source, ["ILSVRC2012_img_val.tar"], "the val tar", required=False)
     written = []
     if tar is None:  # already sorted (valprep.sh, or a copy laid out by hand)
-        folder = source if (source / wnids[0]).is_dir() else find(source, ["val"], "ILSVRC2012_img_val.tar", folder_ok=True)
+        folder = (source if (source / wnids[0]).is_dir()
+                  else find(source, ["val"], "ILSVRC2012_img_val.tar", folder_ok=True))
         result.inputs = verify({"sorted images": folder})
         for entry in entries(folder):
             wnid = entry.name.split("/")[0]
@@ -304,7 +308,8 @@ def imagenet_1k(source: Path, staging, options: dict, verify, say):
                 _put(staging, rel, entry)
                 written.append(rel)
         if len(written) != len(truth):
-            _fail(f"{tar} holds {len(written):,} of the {len(truth):,} val images the devkit lists: a truncated download")
+            _fail(f"{tar} holds {len(written):,} of the {len(truth):,} val images the devkit lists: "
+                  "a truncated download")
     per_folder = _per_folder(staging, written)
     empty = [w for w in wnids if w not in per_folder]
     if empty:
@@ -334,7 +339,8 @@ def _xlsa17_check(source: Path, dataset: str, classes: list[str], say) -> None:
 
 
 def awa2(source: Path, staging, options: dict, verify, say):
-    """``.../JPEGImages/<class>/<file>`` of AwA2-data.zip (or its folder) -> ``<class>/<file>`` for the manifest's classes."""
+    """``.../JPEGImages/<class>/<file>`` of AwA2-data.zip (or its folder) -> ``<class>/<file>`` for the manifest's
+    classes."""
     result = _prepared()
     archive = find(source, ["AwA2-data.zip", "Animals_with_Attributes2"], "AwA2-data.zip", folder_ok=True)
     result.inputs = verify({"images": archive})
@@ -378,11 +384,14 @@ def cub(source: Path, staging, options: dict, verify, say):
     classes = [line.split(maxsplit=1)[1] for line in lists["classes.txt"].decode().splitlines() if line.strip()]
     absent = [c for c in manifests.load("cub")["splits"]["unseen"] if c not in classes]
     if absent:
-        _fail(f"{archive}: unseen class {absent[0]!r} of data_manifests/cub.yaml is not in classes.txt: another version?")
-    listed = {"images/" + line.split(maxsplit=1)[1] for line in lists["images.txt"].decode().splitlines() if line.strip()}
+        _fail(f"{archive}: unseen class {absent[0]!r} of data_manifests/cub.yaml is not in classes.txt: "
+              "another version?")
+    listed = {"images/" + line.split(maxsplit=1)[1] for line in lists["images.txt"].decode().splitlines()
+              if line.strip()}
     missing = sorted(listed - set(written))
     if missing:
-        _fail(f"{archive}: {len(missing)} images listed in images.txt are missing (e.g. {missing[0]}): a truncated download")
+        _fail(f"{archive}: {len(missing)} images listed in images.txt are missing (e.g. {missing[0]}): "
+              "a truncated download")
     _xlsa17_check(source, "cub", classes, say)
     per_folder = _per_folder(staging, written)
     result.counts.update(classes=len(classes), images=len(written), files_per_folder=per_folder)

@@ -113,9 +113,10 @@ def _build_index(target: Path) -> None:
         png = stem.with_suffix(".png")
         kind = "png" if png.is_file() else "svg"
         flat = flatness(open_image(png, mode="RGBA")) if kind == "png" else 1.0
-        items.append({"id": rel, "kind": kind, "category": rel.split("/")[0], "subcategory": "/".join(rel.split("/")[1:-1]),
-                      "sentence": english, "name": name, "family": family_key(name), "locales": locales,
-                      "flatness": round(flat, 4), "photo_like": flat < PHOTO_FLATNESS})
+        items.append({"id": rel, "kind": kind, "category": rel.split("/")[0],
+                      "subcategory": "/".join(rel.split("/")[1:-1]), "sentence": english, "name": name,
+                      "family": family_key(name), "locales": locales, "flatness": round(flat, 4),
+                      "photo_like": flat < PHOTO_FLATNESS})
     coverage = Counter(loc for item in items for loc in item["locales"])
     with building_dir(target) as tmp:
         write_json(tmp / "index.json", {"items": items, "dropped": dropped, "photo_flatness": PHOTO_FLATNESS,
@@ -132,7 +133,8 @@ def load_index() -> dict:
             shutil.rmtree(target)
         _build_index(target)
     index = json.loads((target / "index.json").read_text(encoding="utf-8"))
-    sources = {i["id"]: (lambda p=root() / f"{i['id']}.svg": p) for i in index["items"] if i["kind"] == "svg"}
+    svg_paths = {i["id"]: root() / f"{i['id']}.svg" for i in index["items"] if i["kind"] == "svg"}
+    sources = {rid: (lambda p=p: p) for rid, p in svg_paths.items()}
     index["rendered"] = svg.cached(target.with_name(target.name + "-svg"), sources, fix=f" (or run `{SETUP}`)")
     index["folder"] = str(target)
     missing = [i["id"] for i in index["items"] if i["kind"] == "png" and not (root() / f"{i['id']}.png").is_file()]
@@ -161,7 +163,8 @@ def locales(min_coverage: float = LOCALE_COVERAGE) -> tuple[str, ...]:
 
 def image(item: dict):
     if item["kind"] == "png":
-        return open_image(root() / f"{item['id']}.png", mode="RGBA", fix=f"reinstall Debian tuxpaint-stamps-default ({SETUP})")
+        return open_image(root() / f"{item['id']}.png", mode="RGBA",
+                          fix=f"reinstall Debian tuxpaint-stamps-default ({SETUP})")
     return svg.open_cached(Path(load_index()["folder"] + "-svg"), item["id"])
 
 

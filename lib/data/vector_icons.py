@@ -50,7 +50,8 @@ def _unpacked(name: str) -> Path:
 def _extract(name: str, target: Path) -> None:
     tarball, _ = SOURCES[name]
     wanted = {
-        "openmoji": lambda m: m == "package/data/openmoji.json" or re.match(r"package/(color|black)/svg/[^/]+\.svg$", m),
+        "openmoji": lambda m: (m == "package/data/openmoji.json"
+                               or re.match(r"package/(color|black)/svg/[^/]+\.svg$", m)),
         "fluentui-emoji": lambda m: re.match(r"package/icons/(modern|flat|high-contrast)/[^/]+\.svg$", m),
         "game-icons": lambda m: m in ("package/icons.json", "package/info.json"),
     }[name]
@@ -136,7 +137,8 @@ def _game_icon_svg(name: str, size: int = 512) -> str:
     icons = _game_icon_table()
     width, height = icons.get("width", size), icons.get("height", size)
     body = icons["icons"][name]["body"].replace("currentColor", "#000")
-    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">{body}</svg>'
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">{body}</svg>')
 
 
 @lru_cache(maxsize=1)

@@ -97,7 +97,8 @@ class CompactVocabulary:
         seen = {i for ids in tokenizer(list(texts))["input_ids"] for i in ids}
         self.base = tokenizer
         self.kept = torch.tensor(sorted(seen | set(tokenizer.all_special_ids)))
-        unknown = int((self.kept == tokenizer.unk_token_id).nonzero()[0, 0]) if tokenizer.unk_token_id is not None else 0
+        unknown = (int((self.kept == tokenizer.unk_token_id).nonzero()[0, 0])
+                   if tokenizer.unk_token_id is not None else 0)
         self.lookup = torch.full((len(tokenizer),), unknown, dtype=torch.long)
         self.lookup[self.kept] = torch.arange(len(self.kept))
         self._padded: dict[tuple, dict[str, torch.Tensor]] = {}

@@ -89,7 +89,8 @@ class ClipLoss(nn.Module):
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if max_scale <= 0:
             raise ValueError(f"max_scale must be > 0, got {max_scale}")
-        if log_scale_bounds is not None and not (len(log_scale_bounds) == 2 and log_scale_bounds[0] <= log_scale_bounds[1]):
+        if log_scale_bounds is not None and not (len(log_scale_bounds) == 2
+                                                 and log_scale_bounds[0] <= log_scale_bounds[1]):
             raise ValueError(f"log_scale_bounds must be (low, high) with low <= high, got {log_scale_bounds!r}")
         self.learnable = bool(learnable)
         self.max_scale = float(max_scale)
@@ -146,7 +147,8 @@ def facet_clip_loss(image_emb: torch.Tensor, text_emb: torch.Tensor, logit_scale
     ``image_emb`` ``(N, D)``, ``text_emb`` ``(N, K, D)``, both L2-normalised; row i's facets are the
     positives of image i *for that facet's loss only*: other captions' embeddings of the same facet
     are the negatives. Summing (not averaging) follows the paper; with Adam a mean over K would only
-    change the effective temperature gradient scale, not the minimiser. See notebooks/flame.py, section "Two losses: Eq. 1 vs the official multi-positive sigmoid".
+    change the effective temperature gradient scale, not the minimiser. See notebooks/flame.py, section
+    "Two losses: Eq. 1 vs the official multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "facet_clip_loss")
     return sum(clip_loss(image_emb, text_emb[:, k], logit_scale) for k in range(text_emb.shape[1]))
@@ -175,7 +177,8 @@ def multi_positive_sigmoid_loss(
     N x N*P image-text pairs are binary problems: ``z = scale * <v_i, t_j> + bias``, label ``y = +1`` if
     text j belongs to image i, else ``-1``; the loss is ``-sum log sigmoid(y z) / (N * P)`` — divided by
     the number of *texts*, as in the official code. With P = 1 this is exactly SigLIP (open_clip's
-    ``SigLipLoss``, which divides by N images). See notebooks/flame.py, section "Two losses: Eq. 1 vs the official multi-positive sigmoid".
+    ``SigLipLoss``, which divides by N images). See notebooks/flame.py, section "Two losses: Eq. 1 vs the official
+    multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "multi_positive_sigmoid_loss")
     n, p, d = text_emb.shape

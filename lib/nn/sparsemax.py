@@ -27,11 +27,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["sparsemax", "Sparsemax"]
+__all__ = ["sparsemax", "sparsemax_threshold", "Sparsemax"]
 
 
-def _threshold(z: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tau`` and the support size ``k`` of sparsemax along ``dim`` (both keep ``dim`` with size 1)."""
+def sparsemax_threshold(z: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tau`` and the support size ``k`` of sparsemax along ``dim`` (both keep ``dim`` with size 1): the support
+    is the largest k with ``1 + k z_(k) > sum_{j<=k} z_(j)`` over the sorted scores, and ``tau`` puts the kept
+    weights' sum at 1."""
     n = z.shape[dim]
     sorted_z, _ = torch.sort(z, dim=dim, descending=True)
     cumsum = sorted_z.cumsum(dim)
@@ -54,7 +56,7 @@ class _SparsemaxFunction(torch.autograd.Function):
             raise ValueError("sparsemax needs at least one finite score in every slice (a row of only -inf "
                              "is all padding) and no +inf or nan")
         z = z - shift
-        tau, _ = _threshold(z, dim)
+        tau, _ = sparsemax_threshold(z, dim)
         out = torch.clamp(z - tau, min=0)
         ctx.save_for_backward(out)
         ctx.dim = dim
