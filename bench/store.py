@@ -69,7 +69,7 @@ def read_store(root: Path, spec: dict, policy: str) -> np.ndarray:
 
     verify = policy.split()[0]
     if policy == "once (first open)":
-        store._verified.clear()  # as in a fresh process: nothing hashed yet
+        store.verified_files.clear()  # as in a fresh process: nothing hashed yet
     return store.FeatureStore(root, verify=verify).open(spec).numpy(np.float32)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.core.store_files import _checksum
+from lib.core.store_files import sidecar_checksum
 import torch
 
 import _ddp_worker as W
@@ -86,8 +86,8 @@ def test_two_ranks_write_a_store_bit_identical_to_one_process(stores):
     assert sum(p.endswith(".npy") for p in files_two) == len(ENTRIES) * LIMIT // SHARD_ROWS
     assert files_two == files_one  # same paths, same bytes
     for path in manifests:
-        shards_two = [_checksum(s) for s in json.loads((two / path).read_text())["shards"]]
-        shards_one = [_checksum(s) for s in json.loads((one / path).read_text())["shards"]]
+        shards_two = [sidecar_checksum(s) for s in json.loads((two / path).read_text())["shards"]]
+        shards_one = [sidecar_checksum(s) for s in json.loads((one / path).read_text())["shards"]]
         assert shards_two == shards_one and len(set(shards_two)) == LIMIT // SHARD_ROWS
 
 

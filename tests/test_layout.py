@@ -105,6 +105,75 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+# Cycles closed only by imports inside functions: each is a piece of work left, named here so that no new one appears
+# unnoticed. lib.core.models <-> model_wheels: the offline-model registry and the medium wheels that extend it (the
+# registry belongs in a module of its own); lib.chapters.flame <-> flame_medium: the chapter and its medium config's
+# analyses (one package per chapter, split by concept, removes it).
+KNOWN_DEFERRED_CYCLES = {frozenset({"lib.core.models", "lib.core.model_wheels"}),
+                         frozenset({"lib.chapters.flame", "lib.chapters.flame_medium"})}
+
+
+def all_imports(path: Path) -> set[str]:
+    """:func:`imports` anywhere in the file (inside functions too), and ``__import__("lib.x")`` calls."""
+    found = imports(path)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__" and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in modules():
+            found.add(node.args[0].value)
+    return found
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that import each other, directly or around a loop (Tarjan), of two or more."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_import_cycles_through_function_level_imports():
+    graph = {name: all_imports(path) - {name} for name, path in modules().items()}
+    found = {frozenset(group) for group in strongly_connected(graph)}
+    assert found <= KNOWN_DEFERRED_CYCLES, "import cycles (imports inside functions included):\n" + "\n".join(
+        " <-> ".join(sorted(group)) for group in found - KNOWN_DEFERRED_CYCLES)
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]  # the finder bites
+
+
+def test_no_module_imports_another_modules_private_names():
+    known = modules()
+    bad = []
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in known and node.module != name:
+                bad += [f"{name} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, "private names used across modules (make them public, or move them):\n" + "\n".join(bad)
+
+
 def test_no_module_is_over_the_size_limit():
     big = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
     over = {k: v for k, v in big.items() if v > MAX_LINES}

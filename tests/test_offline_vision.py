@@ -85,11 +85,11 @@ def test_efficientnet_mapping_refuses_partial_sources():
     model = timm.create_model("efficientnet_lite0", pretrained=False)
     depths = [len(stage) for stage in model.blocks]
     target = model.state_dict()
-    ov._check_exact(ov.map_efficientnet_lite0_state_dict(source, depths), target, "ok")
+    ov.check_same_keys_and_shapes(ov.map_efficientnet_lite0_state_dict(source, depths), target, "ok")
     partial = dict(source)
     del partial["_blocks.7._depthwise_conv.weight"]
     with pytest.raises(ov.WeightMappingError, match="missing"):
-        ov._check_exact(ov.map_efficientnet_lite0_state_dict(partial, depths), target, "partial")
+        ov.check_same_keys_and_shapes(ov.map_efficientnet_lite0_state_dict(partial, depths), target, "partial")
     with pytest.raises(ov.WeightMappingError, match="no place"):
         ov.map_efficientnet_lite0_state_dict({**source, "_blocks.99._bn0.weight": torch.zeros(1)}, depths)
 

@@ -162,7 +162,7 @@ def test_imagenet_plus_capped_extraction_is_what_the_loader_reads(downloads, tmp
 def test_a_stopped_preparation_leaves_nothing_half_done_and_resumes(downloads, tmp_path, monkeypatch):
     target = tmp_path / "awa2"
     calls = {"n": 0}
-    original = prepare_sets._put
+    original = prepare_sets.stage
 
     def stop_after_40(*args, **kwargs):
         calls["n"] += 1
@@ -170,13 +170,13 @@ def test_a_stopped_preparation_leaves_nothing_half_done_and_resumes(downloads, t
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(prepare_sets, "_put", stop_after_40)
+    monkeypatch.setattr(prepare_sets, "stage", stop_after_40)
     with pytest.raises(KeyboardInterrupt):
         _prepare("awa2", downloads, target)
     assert not target.exists() and (tmp_path / ".awa2.preparing").is_dir()
     problems = prepare.check("awa2", target)
     assert len(problems) == 1 and "an interrupted preparation is in" in problems[0]
-    monkeypatch.setattr(prepare_sets, "_put", original)
+    monkeypatch.setattr(prepare_sets, "stage", original)
     said = _prepare("awa2", downloads, target)
     assert "40 kept from an earlier run" in said and "110 files written" in said
     assert not (tmp_path / ".awa2.preparing").exists() and prepare.check("awa2", target) == []
@@ -217,7 +217,7 @@ def test_command_line(downloads, tmp_path):
 
     listed = cli("--list")
     assert (listed.returncode == 0
-            and set(prepare_sets.PREPARERS) == {line.split(":")[0] for line in listed.stdout.splitlines()})
+            and set(prepare.PREPARERS) == {line.split(":")[0] for line in listed.stdout.splitlines()})
     done = cli("fgvc-aircraft", "--from", str(downloads["fgvc-aircraft"]), "--to", str(tmp_path / "fgvc"),
                "--skip-checksums")
     assert done.returncode == 0 and "fgvc-aircraft: prepared at" in done.stdout, done.stderr

@@ -214,7 +214,7 @@ def _edit_manifest(entry: Path, change, reseal: bool = False) -> None:
     manifest = json.loads(path.read_text())
     change(manifest)
     if reseal:  # a manifest that is consistent in itself but wrong about a shard
-        manifest["manifest_sha256"] = store_mod._manifest_digest(manifest)
+        manifest["manifest_sha256"] = store_mod.manifest_digest(manifest)
     path.write_text(json.dumps(manifest, indent=1))
 
 
@@ -418,7 +418,7 @@ def test_a_lock_held_by_a_live_process_makes_others_wait_not_compute(tmp_path, r
     store = fstore(tmp_path)
     entry = store.entry_dir(W.SPEC)
     entry.mkdir(parents=True)
-    holder = store_mod._flock(FeatureStore._lock_path(entry, 3))
+    holder = store_mod.file_lock(FeatureStore.lock_path(entry, 3))
     assert holder.__enter__() is True
     rec, out = Recorder(), []
     t = threading.Thread(target=lambda: out.append(store.get_or_compute(W.SPEC, IDS, rec, progress=False)))
@@ -436,7 +436,7 @@ def test_a_lock_held_by_a_live_process_makes_others_wait_not_compute(tmp_path, r
 def test_pure_hit_takes_no_lock_and_writes_nothing(tmp_path, reference):
     store = fstore(tmp_path)
     entry = store.get_or_compute(W.SPEC, IDS, compute, progress=False).path
-    holder = store_mod._flock(FeatureStore._lock_path(entry))  # the entry lock, held elsewhere
+    holder = store_mod.file_lock(FeatureStore.lock_path(entry))  # the entry lock, held elsewhere
     holder.__enter__()
     try:
         before = {p: p.stat().st_mtime_ns for p in entry.rglob("*")}

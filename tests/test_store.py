@@ -288,7 +288,7 @@ def test_entries_with_sha256_sidecars_are_still_read_verified_and_repaired(tmp_p
         assert hashlib.sha256(npy.read_bytes()).hexdigest() == sc["sha256"]
     good = old.numpy()
     for verify in ("always", "once", "never"):
-        store_files._verified.clear()
+        store_files.verified_files.clear()
         assert FeatureStore(tmp_path, verify=verify).open(SPEC).numpy().tobytes() == good.tobytes()
     _flip_last_byte(entry / "shard-00000.npy")
     with pytest.raises(StoreError, match=r"shard 0 .*fails its checksum \(sha256\)"):
@@ -302,8 +302,8 @@ def test_entries_with_sha256_sidecars_are_still_read_verified_and_repaired(tmp_p
 
 @pytest.mark.parametrize("keys", [{}, {"sha256": "0" * 64, "xxh3_128": "0" * 32}, {"md5": "0" * 32}])
 def test_a_sidecar_names_exactly_one_known_checksum(keys):
-    from lib.core.store_files import _check_sidecar
+    from lib.core.store_files import check_sidecar
 
     sidecar = {"index": 0, "rows": [0, 4], "shape": [4, DIM], "dtype": "float16", "nbytes": 176, **keys}
     with pytest.raises(ValueError):
-        _check_sidecar(sidecar, 0)
+        check_sidecar(sidecar, 0)

@@ -383,13 +383,13 @@ def build_efficientnet_lite2(dest: Path) -> dict:
     import timm
     import torch
 
-    from lib.core.offline_vision import _check_exact, map_efficientnet_lite0_state_dict
+    from lib.core.offline_vision import check_same_keys_and_shapes, map_efficientnet_lite0_state_dict
 
     source = _checked(wheel_file(LITE2_PACKAGE, LITE2_PTH["file"]), LITE2_PTH["sha256"])
     state = torch.load(source, map_location="cpu", weights_only=True)
     model = timm.create_model(EFFICIENTNET_LITE2_ARCH, pretrained=False)
     mapped = map_efficientnet_lite0_state_dict(state, [len(stage) for stage in model.blocks])
-    _check_exact(mapped, model.state_dict(), "EfficientNet-Lite2")
+    check_same_keys_and_shapes(mapped, model.state_dict(), "EfficientNet-Lite2")
     model.load_state_dict(mapped, strict=True)
     tensors = {k: v.detach().clone().contiguous() for k, v in mapped.items()}
     write_bytes(dest / "model.safetensors", safetensors.torch.save(tensors, metadata={

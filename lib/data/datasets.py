@@ -116,7 +116,7 @@ def fashion_mnist_labelled(per_class: int | None, prompts: str = "sentences") ->
     )
 
 
-def _manifest_folder(name: str, marker: str) -> Path:
+def prepared_folder(name: str, marker: str) -> Path:
     folder = manifests.location(name)
     if not (folder / marker).exists():
         how = " ".join(str(manifests.load(name).get("obtain", "")).split())
@@ -133,7 +133,7 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
     Every line is checked where it enters: UTF-8 (a bad byte names the line), a JSON object, both fields
     non-empty strings (a caption ``null`` would otherwise become the text "None" and be trained on).
     """
-    folder = _manifest_folder(name, f"{split}.jsonl")
+    folder = prepared_folder(name, f"{split}.jsonl")
     path = folder / f"{split}.jsonl"
     rows = []
 
@@ -181,7 +181,7 @@ def folder_labelled(name: str, per_class: int | None = None, prompts: str = "sen
     """Full config zero-shot set: ``<location>/<class folder>/<images>``; class names from the manifest; ``prompts``:
     CLIP's 80 ImageNet templates (``sentences``) or the bare class name (``name``), as ``data.prompts`` says."""
     manifest = manifests.load(name)
-    folder = _manifest_folder(name, "")
+    folder = prepared_folder(name, "")
     class_dirs: Sequence[str] = manifest["class_dirs"]
     classnames = manifest["classes"]
     allowed = set(manifest.get("known_duplicate_classes") or ())  # a published list's own repeats, declared

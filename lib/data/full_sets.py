@@ -151,9 +151,9 @@ def _full_benchmark(dataset: str, root: Path, classes: Sequence[tuple[str, str]]
 def awa2_benchmark() -> ClassBenchmark:
     """AWA2: ``<location>/<class>/*.jpg`` for the manifest's 50 classes (AwA2's classes.txt order); display
     name = the folder name with ``+`` as a space ("grizzly bear")."""
-    from lib.data.datasets import _manifest_folder
+    from lib.data.datasets import prepared_folder
 
-    folder = _manifest_folder("awa2", "")
+    folder = prepared_folder("awa2", "")
     classes = list(manifests.load("awa2")["classes"])
     split = full_split("awa2", classes)
     images = {c: [f"{c}/{n}" for n in _class_folder_images("awa2", folder / c, c, _role(split, c))] for c in classes}
@@ -187,11 +187,11 @@ def cub_benchmark() -> ClassBenchmark:
     """CUB-200-2011: classes from ``classes.txt`` (id order), images from ``images.txt`` (the dataset's own
     list, so a stray file in a folder is never scored); display name = the species without its number and
     underscores ("Yellow bellied Flycatcher")."""
-    from lib.data.datasets import _manifest_folder
+    from lib.data.datasets import prepared_folder
 
     layout = manifests.load("cub")["layout"]
-    folder = _manifest_folder("cub", layout["classes"])
-    _manifest_folder("cub", layout["images"])
+    folder = prepared_folder("cub", layout["classes"])
+    prepared_folder("cub", layout["images"])
     classes = [name for _, name in _numbered_lines(folder / layout["classes"])]
     absent = [c for c in manifests.load("cub")["splits"]["unseen"] if c not in classes]
     if absent:
@@ -219,18 +219,18 @@ def cub_benchmark() -> ClassBenchmark:
 def aircraft_benchmark() -> ClassBenchmark:
     """FGVC-Aircraft families: ``families.txt`` (file order, which the seeded 50/20 split shuffles); images:
     the union of the three official lists (ViTeRB splits by family, not by the official partition)."""
-    from lib.data.datasets import _manifest_folder
+    from lib.data.datasets import prepared_folder
 
     dataset = "fgvc-aircraft"
     layout = manifests.load(dataset)["layout"]
-    folder = _manifest_folder(dataset, layout["classes"])
+    folder = prepared_folder(dataset, layout["classes"])
     families = [line.strip() for line in (folder / layout["classes"]).read_text(encoding="utf-8").splitlines()
                 if line.strip()]
     split = full_split(dataset, families)
     images: dict[str, list[str]] = {f: [] for f in families}
     family_of: dict[str, str] = {}
     for listing in layout["images"]:
-        _manifest_folder(dataset, listing)
+        prepared_folder(dataset, listing)
         for image_id, family in _numbered_lines(folder / listing):
             if family not in images:
                 raise manifests.DatasetMissingError(f"{folder / listing}: image {image_id} has family {family!r}, "
@@ -256,13 +256,13 @@ def imagenet_plus_benchmark() -> ClassBenchmark:
     """ImageNet+: the 1,000 IN-1k synsets (``seen/<wnid>/``, names from ``imagenet-1k.yaml``) and the unseen
     IN-21k synsets (``unseen/<wnid>/``, chosen by ``full_split``'s rule from the folders' image counts;
     display name = the synset's first WordNet 3.0 lemma). Caps per class come from the manifest."""
-    from lib.data.datasets import _manifest_folder
+    from lib.data.datasets import prepared_folder
 
     dataset = "imagenet-plus"
     manifest = manifests.load(dataset)
     layout = manifest["layout"]
-    folder = _manifest_folder(dataset, layout["seen_dir"])
-    _manifest_folder(dataset, layout["unseen_dir"])
+    folder = prepared_folder(dataset, layout["seen_dir"])
+    prepared_folder(dataset, layout["unseen_dir"])
     seen_manifest = manifests.load(manifest["splits"]["seen_manifest"])
     seen_names = dict(zip(seen_manifest["class_dirs"], seen_manifest["classes"]))
     unseen_root = folder / layout["unseen_dir"]

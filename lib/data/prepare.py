@@ -37,9 +37,12 @@ from typing import Callable
 
 from lib.core.atomic import write_json
 from lib.core.checksums import file_sha256
-from lib.data import manifests, prepare_sets
+from lib.data import manifests, prepare_nested, prepare_sets
 from lib.data.archives import ArchiveError
 from lib.data.prepare_sets import Prepared, PrepareError
+
+# Every preparer, by dataset: the flat-archive ones and ImageNet+'s nested archives.
+PREPARERS = {**prepare_sets.PREPARERS, "imagenet-plus": prepare_nested.prepare_imagenet_plus}
 
 __all__ = ["RECORD", "PrepareError", "Prepared", "Staging", "prepare", "check", "target_of", "main"]
 
@@ -181,8 +184,8 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
 
     ``to`` must be new, empty, or an earlier preparation's folder: a folder holding anything else is refused unless
     ``replace``, and then moved aside, never deleted (so is an earlier preparation's folder)."""
-    if dataset not in prepare_sets.PREPARERS:
-        raise PrepareError(f"no preparer for {dataset!r}: one of {', '.join(prepare_sets.PREPARERS)}")
+    if dataset not in PREPARERS:
+        raise PrepareError(f"no preparer for {dataset!r}: one of {', '.join(PREPARERS)}")
     source = Path(source).expanduser().resolve()
     if not source.exists():
         raise PrepareError(f"--from {source} does not exist: point it at the folder holding the downloaded files")
@@ -202,7 +205,7 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
     memo_path = staging.path / ".checksums.json"
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
     try:
-        result = prepare_sets.PREPARERS[dataset](source, staging, dict(options or {}),
+        result = PREPARERS[dataset](source, staging, dict(options or {}),
                                                  lambda found: verify_downloads(dataset, found, memo, say,
                                                                                 skip_checksums),
                                                  say)
@@ -275,7 +278,7 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.data.prepare", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", nargs="?", help=f"one of {', '.join(prepare_sets.PREPARERS)}")
+    parser.add_argument("dataset", nargs="?", help=f"one of {', '.join(PREPARERS)}")
     parser.add_argument("--from", dest="source", help="the folder holding the released files (archives or extracted)")
     parser.add_argument("--to", default=None, help="where the prepared dataset goes (default: the manifest's location, "
                                                    "or <NAME>_DIR)")

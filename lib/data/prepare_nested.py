@@ -24,7 +24,7 @@ import tarfile
 from pathlib import Path
 
 from lib.data import manifests
-from lib.data.prepare_sets import IMAGE_SUFFIXES, _fail, _per_folder, find
+from lib.data.prepare_sets import IMAGE_SUFFIXES, Entry, Prepared, files_per_folder, find, refuse, settings, stage
 
 WNID = re.compile(r"(n\d{8})(?:\.tar)?$")
 SEEN_NAMES = ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_train", "train"]
@@ -75,7 +75,6 @@ class Synsets:
 
     def extract(self, wanted: dict[str, set[str]], staging, folder: str, link: bool) -> list[str]:
         """Write ``<folder>/<wnid>/<name>`` for every wanted name; returns the relative paths written or kept."""
-        from lib.data.prepare_sets import Entry, _put
 
         done = []
         if self.path.is_dir():
@@ -84,7 +83,7 @@ class Synsets:
                     rel = f"{folder}/{wnid}/{name}"
                     file = self.path / wnid / name
                     if file.is_file():
-                        _put(staging, rel, Entry(name, file.stat().st_size, file.read_bytes, file if link else None))
+                        stage(staging, rel, Entry(name, file.stat().st_size, file.read_bytes, file if link else None))
                         done.append(rel)
             todo = {w: n for w, n in wanted.items() if not (self.path / w).is_dir()}
         else:
@@ -99,7 +98,7 @@ class Synsets:
                 name = member.name.rsplit("/", 1)[-1]
                 if member.isfile() and name in names:
                     rel = f"{folder}/{wnid}/{name}"
-                    _put(staging, rel, Entry(name, member.size, lambda m=member, t=inner: t.extractfile(m).read()))
+                    stage(staging, rel, Entry(name, member.size, lambda m=member, t=inner: t.extractfile(m).read()))
                     done.append(rel)
         return done
 
@@ -139,13 +138,20 @@ def unseen_choice(counts: dict[str, int], splits: dict, seen: set[str]) -> list[
     if "unseen_wnids" in splits:
         missing = [w for w in splits["unseen_wnids"] if w not in candidates]
         if missing:
-            _fail(f"unseen synsets {missing[:3]} (splits.unseen_wnids) have no images in the ImageNet-21k release")
+            refuse(f"unseen synsets {missing[:3]} (splits.unseen_wnids) have no images in the ImageNet-21k release")
         return sorted(splits["unseen_wnids"])
     n = int(splits["n_unseen"])
     ranked = sorted(candidates, key=lambda w: (-candidates[w], w))
     if len(ranked) < n:
-        _fail(f"the ImageNet-21k release has {len(ranked)} non-IN-1k synsets with images, {n} needed")
+        refuse(f"the ImageNet-21k release has {len(ranked)} non-IN-1k synsets with images, {n} needed")
     return sorted(ranked[:n])
+
+
+def prepare_imagenet_plus(source: Path, staging, options: dict, verify, say) -> Prepared:
+    """Seen: the IN-1k train images of each of the 1,000 wnids; unseen: the manifest's rule applied to the IN-21k
+    synsets' image counts. By default only the images a run reads are extracted (the manifest's seeded cap per
+    class, chosen exactly as lib.data.full_sets does); ``all_images`` extracts every image of those classes."""
+    return imagenet_plus(source, staging, options, verify, say, Prepared(), settings("imagenet-plus"))
 
 
 def imagenet_plus(source: Path, staging, options: dict, verify, say, result, applied: dict):
@@ -160,7 +166,7 @@ def imagenet_plus(source: Path, staging, options: dict, verify, say, result, app
     seen_list = _cached_listing(seen_release, staging, "seen", say)
     missing = [w for w in seen_wnids if not seen_list.get(w)]
     if missing:
-        _fail(f"{seen_release.path}: {len(missing)} of the 1,000 IN-1k synsets have no images (e.g. {missing[0]})")
+        refuse(f"{seen_release.path}: {len(missing)} of the 1,000 IN-1k synsets have no images (e.g. {missing[0]})")
     unseen_list = _cached_listing(unseen_release, staging, "unseen", say)
     unseen = unseen_choice({w: len(v) for w, v in unseen_list.items()}, splits, set(seen_wnids))
     wanted = {}
@@ -174,11 +180,11 @@ def imagenet_plus(source: Path, staging, options: dict, verify, say, result, app
     for role, release in (("seen", seen_release), ("unseen", unseen_release)):
         chosen = {w: names for (r, w), names in wanted.items() if r == role}
         written += release.extract(chosen, staging, layout[f"{role}_dir"], link=True)
-    per_folder = _per_folder(staging, written)
+    per_folder = files_per_folder(staging, written)
     short = [f for (r, w), names in wanted.items() for f in [f"{layout[f'{r}_dir']}/{w}"]
              if per_folder.get(f) != len(names)]
     if short:
-        _fail(f"{short[0]}: fewer images extracted than listed: the release changed while being read? Run again")
+        refuse(f"{short[0]}: fewer images extracted than listed: the release changed while being read? Run again")
     result.counts.update(seen_classes=len(seen_wnids), unseen_classes=len(unseen), images=len(written),
                          selection="every image" if every else "the manifest's capped sample",
                          files_per_folder=per_folder)

@@ -53,12 +53,8 @@ class Prepared:
     inputs: dict = field(default_factory=dict)
 
 
-def _fail(message: str):
+def refuse(message: str):
     raise PrepareError(message)
-
-
-def _prepared() -> Prepared:
-    return Prepared()
 
 
 # ------------------------------------------------------------------------------------------ reading downloads
@@ -71,11 +67,11 @@ def find(source: Path, names: list[str], what: str, *, required: bool = True, fo
                 return path
     if required:
         listing = ", ".join(sorted(p.name for p in source.iterdir())[:12]) or "nothing"
-        _fail(f"{what} not found in {source} (looked for {', '.join(names)}; it holds {listing})")
+        refuse(f"{what} not found in {source} (looked for {', '.join(names)}; it holds {listing})")
     return None
 
 
-def _put(staging, rel: str, entry: Entry, check: Callable[[bytes], None] | None = None) -> None:
+def stage(staging, rel: str, entry: Entry, check: Callable[[bytes], None] | None = None) -> None:
     """``entry`` at ``rel`` in the staging folder: a hard link for a file on disk, else its bytes (checked first)."""
     if staging.has(rel, entry.size):
         staging.kept += 1
@@ -120,7 +116,7 @@ def _must_decode(data: bytes, where) -> None:
     try:
         decodes(data)
     except ValueError as error:
-        _fail(f"{where} does not decode as an image ({error}): the download is damaged; get it again (a file that "
+        refuse(f"{where} does not decode as an image ({error}): the download is damaged; get it again (a file that "
               "does not decode is never prepared, so preparing again from the same copy stops here too)")
 
 
@@ -159,7 +155,7 @@ def count_problems(dataset: str, folder: Path, record: dict, command: str) -> li
     return problems
 
 
-def _per_folder(staging, rels: list[str]) -> dict[str, int]:
+def files_per_folder(staging, rels: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for rel in rels:
         counts[rel.rsplit("/", 1)[0]] = counts.get(rel.rsplit("/", 1)[0], 0) + 1
@@ -170,10 +166,10 @@ def _split_pairs(dataset: str, keys: list[str]) -> set[str]:
     """The held-out keys: ``min(val_pairs, max_val_fraction * n)`` (at least 1), a seeded sample of the sorted keys."""
     spec = manifests.load(dataset).get("prepare") or {}
     if not spec:
-        _fail(f"data_manifests/{dataset}.yaml has no `prepare:` settings (val_pairs, max_val_fraction, seed)")
+        refuse(f"data_manifests/{dataset}.yaml has no `prepare:` settings (val_pairs, max_val_fraction, seed)")
     n_val = max(1, min(int(spec["val_pairs"]), int(float(spec["max_val_fraction"]) * len(keys))))
     if len(keys) < 2:
-        _fail(f"{dataset}: {len(keys)} usable pairs, too few to hold any out")
+        refuse(f"{dataset}: {len(keys)} usable pairs, too few to hold any out")
     return set(random.Random(int(spec["seed"])).sample(sorted(keys), n_val))
 
 
@@ -199,7 +195,7 @@ def _caption_ok(value) -> bool:
 def cc3m_llava(source: Path, staging, options: dict, verify, say):
     """chat.json rows ``{"id", "image", "conversations": [human, gpt]}``: caption = the first gpt turn; images from
     images.zip (any folder inside it); a row whose image is absent or does not decode is dropped (recorded)."""
-    result = _prepared()
+    result = Prepared()
     chat = find(source, ["chat.json"], "chat.json")
     images = find(source, ["images.zip", "images"], "images.zip", folder_ok=True)
     result.inputs = verify({"captions": chat, "images": images})
@@ -218,7 +214,7 @@ def cc3m_llava(source: Path, staging, options: dict, verify, say):
         name = entry.name.rsplit("/", 1)[-1]
         if name in wanted and name not in present:
             try:
-                _put(staging, f"images/{name}", entry, decodes)
+                stage(staging, f"images/{name}", entry, decodes)
                 present.add(name)
             except ValueError:
                 dropped["image does not decode"].add(name)
@@ -232,14 +228,14 @@ def cc3m_llava(source: Path, staging, options: dict, verify, say):
 def flame_recap_cc3m(source: Path, staging, options: dict, verify, say):
     """The long re-captions (``{"__key__", "minicpm"}`` rows) joined by key with the images of the CC3M webdataset
     shards (``<key>.jpg`` members); keys without an image (or with one that does not decode) are dropped."""
-    result = _prepared()
+    result = Prepared()
     captions = sorted(source.glob("**/flame-long-minicpm-samples_*.json"))
     if not captions:
-        _fail(f"no flame-long-minicpm-samples_*.json under {source}: download the long re-captions of "
+        refuse(f"no flame-long-minicpm-samples_*.json under {source}: download the long re-captions of "
               "caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5")
     shards = sorted(p for p in source.glob("**/*.tar") if p.is_file())
     if not shards:
-        _fail(f"no CC3M webdataset shards (*.tar) under {source}: download e.g. pixparse/cc3m-wds")
+        refuse(f"no CC3M webdataset shards (*.tar) under {source}: download e.g. pixparse/cc3m-wds")
     result.inputs = verify({"captions": captions[0], **{f"shard {i}": p for i, p in enumerate(shards)}})
     text = {r["__key__"]: " ".join(r["minicpm"].split()) for r in json.loads(captions[0].read_text(encoding="utf-8"))
             if _caption_ok(r.get("minicpm"))}
@@ -249,7 +245,7 @@ def flame_recap_cc3m(source: Path, staging, options: dict, verify, say):
             key, suffix = os.path.splitext(entry.name.rsplit("/", 1)[-1])
             if suffix.lower() == ".jpg" and key in text and key not in present:
                 try:
-                    _put(staging, f"images/{key}.jpg", entry, decodes)
+                    stage(staging, f"images/{key}.jpg", entry, decodes)
                     present.add(key)
                 except ValueError:
                     bad.add(key)
@@ -271,7 +267,7 @@ def _imagenet_devkit(devkit: Path) -> tuple[dict[int, str], list[int]]:
         if entry.name.endswith(("data/meta.mat", "data/ILSVRC2012_validation_ground_truth.txt")):
             found[entry.name.rsplit("/", 1)[-1]] = entry.read()
     if len(found) != 2:
-        _fail(f"{devkit}: data/meta.mat and data/ILSVRC2012_validation_ground_truth.txt not found: another devkit?")
+        refuse(f"{devkit}: data/meta.mat and data/ILSVRC2012_validation_ground_truth.txt not found: another devkit?")
     synsets = loadmat(io.BytesIO(found["meta.mat"]), squeeze_me=True)["synsets"]
     leaves = {int(s[0]): str(s[1]) for s in synsets if int(s[4]) == 0}
     truth = [int(line) for line in found["ILSVRC2012_validation_ground_truth.txt"].decode().split()]
@@ -281,7 +277,7 @@ def _imagenet_devkit(devkit: Path) -> tuple[dict[int, str], list[int]]:
 def imagenet_1k(source: Path, staging, options: dict, verify, say):
     """The val tar's ``ILSVRC2012_val_<n>.JPEG`` sorted into ``<wnid>/`` by the devkit's ground truth; or images
     already in ``<wnid>/`` folders (hard-linked). Every one of the manifest's 1,000 wnids must get images."""
-    result = _prepared()
+    result = Prepared()
     wnids = list(manifests.load("imagenet-1k")["class_dirs"])
     tar = find(source, ["ILSVRC2012_img_val.tar"], "the val tar", required=False)
     written = []
@@ -292,28 +288,29 @@ def imagenet_1k(source: Path, staging, options: dict, verify, say):
         for entry in entries(folder):
             wnid = entry.name.split("/")[0]
             if wnid in wnids and _is_image(entry.name):
-                _put(staging, entry.name, entry)
+                stage(staging, entry.name, entry)
                 written.append(entry.name)
     else:
         devkit = find(source, ["ILSVRC2012_devkit_t12.tar.gz"], "the devkit (ground truth of the val images)")
         result.inputs = verify({"val images": tar, "devkit": devkit})
         leaves, truth = _imagenet_devkit(devkit)
         if set(leaves.values()) != set(wnids):
-            _fail(f"{devkit}: its 1,000 classes are not the wnids of data_manifests/imagenet-1k.yaml: another release?")
+            refuse(f"{devkit}: its 1,000 classes are not the wnids of data_manifests/imagenet-1k.yaml: "
+                   "another release?")
         pattern = re.compile(r"ILSVRC2012_val_(\d{8})\.JPEG$")
         for entry in entries(tar):
             match = pattern.search(entry.name)
             if match and 1 <= int(match.group(1)) <= len(truth):
                 rel = f"{leaves[truth[int(match.group(1)) - 1]]}/{match.group(0)}"
-                _put(staging, rel, entry)
+                stage(staging, rel, entry)
                 written.append(rel)
         if len(written) != len(truth):
-            _fail(f"{tar} holds {len(written):,} of the {len(truth):,} val images the devkit lists: "
+            refuse(f"{tar} holds {len(written):,} of the {len(truth):,} val images the devkit lists: "
                   "a truncated download")
-    per_folder = _per_folder(staging, written)
+    per_folder = files_per_folder(staging, written)
     empty = [w for w in wnids if w not in per_folder]
     if empty:
-        _fail(f"{len(empty)} of the 1,000 classes have no image (e.g. {empty[0]}): an incomplete copy")
+        refuse(f"{len(empty)} of the 1,000 classes have no image (e.g. {empty[0]}): an incomplete copy")
     result.counts.update(classes=len(per_folder), images=len(written), files_per_folder=per_folder)
     return result
 
@@ -330,18 +327,18 @@ def _xlsa17_check(source: Path, dataset: str, classes: list[str], say) -> None:
     unseen = set(manifests.load(dataset)["splits"]["unseen"])
     test = set(lists.get("testclasses.txt", []))
     if test != unseen:
-        _fail(f"{where}: data/{sub}/testclasses.txt differs from splits.unseen of data_manifests/{dataset}.yaml "
+        refuse(f"{where}: data/{sub}/testclasses.txt differs from splits.unseen of data_manifests/{dataset}.yaml "
               f"(only in the file: {sorted(test - unseen)[:3]}, only in the manifest: {sorted(unseen - test)[:3]})")
     overlap = set(lists.get("trainvalclasses.txt", [])) & unseen
     if overlap:
-        _fail(f"{where}: trainvalclasses.txt of {sub} names unseen classes {sorted(overlap)[:3]}")
+        refuse(f"{where}: trainvalclasses.txt of {sub} names unseen classes {sorted(overlap)[:3]}")
     say(f"  xlsa17 {sub} split matches the manifest: {len(test)} unseen classes")
 
 
 def awa2(source: Path, staging, options: dict, verify, say):
     """``.../JPEGImages/<class>/<file>`` of AwA2-data.zip (or its folder) -> ``<class>/<file>`` for the manifest's
     classes."""
-    result = _prepared()
+    result = Prepared()
     archive = find(source, ["AwA2-data.zip", "Animals_with_Attributes2"], "AwA2-data.zip", folder_ok=True)
     result.inputs = verify({"images": archive})
     classes = list(manifests.load("awa2")["classes"])
@@ -351,14 +348,14 @@ def awa2(source: Path, staging, options: dict, verify, say):
         if "JPEGImages" in parts[:-2] and _is_image(entry.name):
             cls = parts[parts.index("JPEGImages") + 1]
             if cls in known:
-                _put(staging, f"{cls}/{parts[-1]}", entry)
+                stage(staging, f"{cls}/{parts[-1]}", entry)
                 written.append(f"{cls}/{parts[-1]}")
             else:
                 other.add(cls)
-    per_folder = _per_folder(staging, written)
+    per_folder = files_per_folder(staging, written)
     missing = [c for c in classes if c not in per_folder]
     if missing:
-        _fail(f"{archive}: {len(missing)} of the 50 classes have no images under JPEGImages/ (e.g. {missing[0]})")
+        refuse(f"{archive}: {len(missing)} of the 50 classes have no images under JPEGImages/ (e.g. {missing[0]})")
     _xlsa17_check(source, "awa2", classes, say)
     result.counts.update(classes=len(per_folder), images=len(written), files_per_folder=per_folder)
     result.dropped = {"not a class of the manifest": other} if other else {}
@@ -367,7 +364,7 @@ def awa2(source: Path, staging, options: dict, verify, say):
 
 def cub(source: Path, staging, options: dict, verify, say):
     """classes.txt, images.txt and images/ of CUB_200_2011 (archive or folder), checked against each other."""
-    result = _prepared()
+    result = Prepared()
     archive = find(source, ["CUB_200_2011.tgz", "CUB_200_2011"], "CUB_200_2011.tgz", folder_ok=True)
     result.inputs = verify({"images": archive})
     written, lists = [], {}
@@ -377,23 +374,23 @@ def cub(source: Path, staging, options: dict, verify, say):
             lists[rel] = entry.read()
             staging.write(rel, lists[rel])
         elif rel.startswith("images/") and _is_image(rel):
-            _put(staging, rel, entry)
+            stage(staging, rel, entry)
             written.append(rel)
     if set(lists) != {"classes.txt", "images.txt"}:
-        _fail(f"{archive}: classes.txt and images.txt not found: not CUB_200_2011?")
+        refuse(f"{archive}: classes.txt and images.txt not found: not CUB_200_2011?")
     classes = [line.split(maxsplit=1)[1] for line in lists["classes.txt"].decode().splitlines() if line.strip()]
     absent = [c for c in manifests.load("cub")["splits"]["unseen"] if c not in classes]
     if absent:
-        _fail(f"{archive}: unseen class {absent[0]!r} of data_manifests/cub.yaml is not in classes.txt: "
+        refuse(f"{archive}: unseen class {absent[0]!r} of data_manifests/cub.yaml is not in classes.txt: "
               "another version?")
     listed = {"images/" + line.split(maxsplit=1)[1] for line in lists["images.txt"].decode().splitlines()
               if line.strip()}
     missing = sorted(listed - set(written))
     if missing:
-        _fail(f"{archive}: {len(missing)} images listed in images.txt are missing (e.g. {missing[0]}): "
+        refuse(f"{archive}: {len(missing)} images listed in images.txt are missing (e.g. {missing[0]}): "
               "a truncated download")
     _xlsa17_check(source, "cub", classes, say)
-    per_folder = _per_folder(staging, written)
+    per_folder = files_per_folder(staging, written)
     result.counts.update(classes=len(classes), images=len(written), files_per_folder=per_folder)
     result.index_files = ("classes.txt", "images.txt")
     return result
@@ -401,7 +398,7 @@ def cub(source: Path, staging, options: dict, verify, say):
 
 def fgvc_aircraft(source: Path, staging, options: dict, verify, say):
     """data/ of fgvc-aircraft-2013b (families.txt, the three images_family_*.txt lists, the listed images/)."""
-    result = _prepared()
+    result = Prepared()
     layout = manifests.load("fgvc-aircraft")["layout"]
     archive = find(source, ["fgvc-aircraft-2013b.tar.gz", "fgvc-aircraft-2013b"], "fgvc-aircraft-2013b.tar.gz",
                    folder_ok=True)
@@ -414,29 +411,23 @@ def fgvc_aircraft(source: Path, staging, options: dict, verify, say):
             lists[rel] = entry.read()
             staging.write(rel, lists[rel])
         elif rel.startswith(f"{layout['image_dir']}/") and _is_image(rel):
-            _put(staging, rel, entry)
+            stage(staging, rel, entry)
             written.append(rel)
     if set(lists) != keep:
-        _fail(f"{archive}: {', '.join(sorted(keep - set(lists)))} not found under data/: not fgvc-aircraft-2013b?")
+        refuse(f"{archive}: {', '.join(sorted(keep - set(lists)))} not found under data/: not fgvc-aircraft-2013b?")
     listed = {f"{layout['image_dir']}/{line.split()[0]}{layout['image_suffix']}"
               for name in layout["images"] for line in lists[name].decode().splitlines() if line.strip()}
     missing = sorted(listed - set(written))
     if missing:
-        _fail(f"{archive}: {len(missing)} listed images are missing (e.g. {missing[0]}): a truncated download")
+        refuse(f"{archive}: {len(missing)} listed images are missing (e.g. {missing[0]}): a truncated download")
     families = [f for f in lists[layout["classes"]].decode().splitlines() if f.strip()]
-    result.counts.update(families=len(families), images=len(written), files_per_folder=_per_folder(staging, written))
+    counts = files_per_folder(staging, written)
+    result.counts.update(families=len(families), images=len(written), files_per_folder=counts)
     result.index_files = tuple(sorted(keep))
     return result
 
 
-def imagenet_plus(source: Path, staging, options: dict, verify, say):
-    """Seen: the IN-1k train images of each of the 1,000 wnids; unseen: the manifest's rule applied to the IN-21k
-    synsets' image counts. By default only the images a run reads are extracted (the manifest's seeded cap per
-    class, chosen exactly as lib.data.full_sets does); ``all_images`` extracts every image of those classes."""
-    from lib.data import prepare_nested
-
-    return prepare_nested.imagenet_plus(source, staging, options, verify, say, _prepared(), settings("imagenet-plus"))
-
-
+# The flat-archive preparers; ImageNet+ (nested archives) is lib.data.prepare_nested's, and lib.data.prepare holds
+# the registry of both.
 PREPARERS = {"cc3m-llava": cc3m_llava, "imagenet-1k": imagenet_1k, "awa2": awa2, "cub": cub,
-             "fgvc-aircraft": fgvc_aircraft, "imagenet-plus": imagenet_plus, "flame-recap-cc3m": flame_recap_cc3m}
+             "fgvc-aircraft": fgvc_aircraft, "flame-recap-cc3m": flame_recap_cc3m}
