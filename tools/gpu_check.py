@@ -1,0 +1,155 @@
+"""The GPU check: what one GPU does with the papers' shapes, in one call of a few minutes (``tools/gpu_check.sh``).
+
+Why it exists: the full configs are rehearsed on CPU stand-ins in CI, but their speed and memory at the papers' sizes
+can only be measured on a GPU, and a GPU is lent to this project rarely, briefly and without internet. So the check
+is one prepared command that needs only what such a machine has (PyTorch, timm, transformers) and reports:
+
+1. ``environment``: the card, its memory, bfloat16 support, the library versions;
+2. ``sharelock_paper_shapes``: ShareLock's head trained at the paper's shapes on random features (563k rows of
+   Llama-3-8B's 4,096-d features -> DINOv2-B's 768, batch 16,384, bf16 autocast: ``bench.training``'s ``paper``
+   case), as steps/s and the minutes 5,000 steps take, beside the paper's "about 1 GPU hour" (App. A.1);
+3. ``vit_b16_from_scratch``: one optimiser step of a ViT-B/16 trained from scratch at 224 px against a frozen
+   4,096-d target (FLAME's and Three Towers' image tower), at the largest micro-batch that fits, with its peak memory,
+   and the GPU-hours FLAME's Table 3 budget (22,703 steps at batch 4,096) would take at that rate;
+4. ``bench``: ``python -m bench --device <device> --skip-slow`` for the storage, vision and scaling benchmarks.
+
+``--quick`` runs the same steps at tiny sizes (what ``tests/test_gpu_check.py`` runs on a CPU in seconds). Each step
+is timed and its failure recorded, so one broken step never hides the others' figures. Results go to
+``<out>/gpu_check.json``; ``book/performance.md`` takes them from there with the card's name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import lib  # noqa: F401  (its torchvision fix, before timm is imported)
+
+PAPER_SHARELOCK_MINUTES = 60.0  # ShareLock, App. A.1: "the final multimodal optimization of the MLP also takes
+# around 1 GPU hour" (563k pairs)
+FLAME_STEPS, FLAME_BATCH = 22_703, 4_096  # notebooks/configs/flame.yaml, full: 32 epochs of 2.9M pairs at 4,096
+
+
+def environment(device: str) -> dict:
+    import timm
+    import transformers
+
+    out = {"device": device, "torch": torch.__version__, "timm": timm.__version__,
+           "transformers": transformers.__version__, "python": platform.python_version()}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(device)
+        out.update(card=props.name, memory_gib=round(props.total_memory / 2**30, 1),
+                   bf16=torch.cuda.is_bf16_supported(), cuda=torch.version.cuda)
+    else:
+        out.update(card=platform.processor() or "cpu", bf16=False)
+    return out
+
+
+def sharelock_paper_shapes(device: str, quick: bool) -> dict:
+    """``bench.training``'s paper case (CPU-sized with ``quick``): steps/s of ``lib.core.train.fit``'s step."""
+    from bench import training
+
+    name = "small-config" if quick else "paper"
+    case = {**training.CASES[name], **(training.QUICK if quick else {})}
+    found = training.measure_case(name, case, repeats=1 if quick else 2, device=device)
+    rate = found["steps_per_s"]["fit (resident tensors)"]
+    return {"case": name, "batch_size": case["batch_size"], "rows": case["rows"], "steps_per_s": rate,
+            "minutes_for_5000_steps": 5000 / rate / 60, "paper_minutes": PAPER_SHARELOCK_MINUTES,
+            "achieved_tflop_per_s": found["achieved_flop_per_s"] / 1e12,
+            "fraction_of_matmul": found["fraction_of_matmul"]}
+
+
+def vit_from_scratch(device: str, quick: bool) -> dict:
+    """One AdamW step of a randomly initialised ViT (B/16 at 224 px; tiny at 32 px with ``quick``) whose CLS output
+    is projected onto a frozen target and trained with CLIP's loss, at the largest micro-batch (from 256 down) that
+    fits; bf16 autocast on a GPU."""
+    import timm
+
+    from lib.nn.losses import clip_loss
+
+    name, size, target_dim = ("vit_tiny_patch16_224", 32, 64) if quick else ("vit_base_patch16_224", 224, 4096)
+    model = timm.create_model(name, pretrained=False, num_classes=0, img_size=size).to(device)
+    projection = torch.nn.Linear(model.num_features, target_dim).to(device)
+    params = list(model.parameters()) + list(projection.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    cuda = device.startswith("cuda")
+
+    def step(batch: int) -> float:
+        images = torch.randn(batch, 3, size, size, device=device)
+        targets = torch.nn.functional.normalize(torch.randn(batch, target_dim, device=device), dim=-1)
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=cuda):
+            embedded = torch.nn.functional.normalize(projection(model(images)).float(), dim=-1)
+            loss = clip_loss(embedded, targets, 1 / 0.07)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    for batch in ((8,) if quick else (256, 128, 64, 32)):
+        try:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            step(batch)  # warm-up: kernels, allocator
+            seconds = min(step(batch) for _ in range(1 if quick else 3))
+            peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+            per_image = seconds / batch
+            return {"model": name, "image_size": size, "micro_batch": batch, "seconds_per_step": seconds,
+                    "images_per_s": batch / seconds, "peak_memory_gib": peak,
+                    "flame_table3_gpu_hours": FLAME_STEPS * FLAME_BATCH * per_image / 3600,
+                    "parameters_m": sum(p.numel() for p in model.parameters()) / 1e6}
+        except torch.OutOfMemoryError:
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    raise RuntimeError(f"{name} does not train at micro-batch 32 on this device")
+
+
+def bench_suite(device: str, quick: bool, out: Path) -> dict:
+    from bench.__main__ import main as bench_main
+
+    flags = ["--device", device, "--only", "store", "vision_features", "scaling", "--out-dir", str(out / "bench")]
+    return {"seconds": bench_main(flags + (["--quick"] if quick else []))}
+
+
+STEPS = {"environment": lambda d, q, o: environment(d),
+         "sharelock_paper_shapes": lambda d, q, o: sharelock_paper_shapes(d, q),
+         "vit_b16_from_scratch": lambda d, q, o: vit_from_scratch(d, q),
+         "bench": bench_suite}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="gpu_check", help="folder for gpu_check.json (and bench/ results)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every step runs (CPU, seconds)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(STEPS), help="steps to leave out")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"quick": args.quick, "steps": {}}
+    for name, run in STEPS.items():
+        if name in args.skip:
+            continue
+        start = time.perf_counter()
+        try:
+            result, error = run(args.device, args.quick, out), None
+        except Exception as e:  # noqa: BLE001  (a failed step is reported, and the next one still runs)
+            result, error = None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+        report["steps"][name] = {"seconds": round(time.perf_counter() - start, 1), "result": result, "error": error}
+        print(f"== {name} ({report['steps'][name]['seconds']} s): " + (error.splitlines()[0] if error else
+              json.dumps(result, default=str)[:600]), flush=True)
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+if __name__ == "__main__":
+    main()
