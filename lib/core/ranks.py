@@ -7,9 +7,8 @@ See notebooks/viterb.py, section "Does a more capable language model see better?
 """
 from __future__ import annotations
 
-import itertools
 import math
-import random
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -23,47 +22,37 @@ RANK_RULE = ("A rank correlation between a measure and a score over n models is 
              "p is 1/6). The seeds only vary training: the models are the sample.")
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):  # ties share their mean rank
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation (Pearson's r of the ranks, ties at their mean rank); NaN when a side is constant."""
+    """Spearman's rank correlation (``scipy.stats.spearmanr``: Pearson's r of the ranks, ties at their mean rank);
+    NaN when a side is constant."""
     if len(x) != len(y) or len(x) < 2:
         raise ValueError(f"spearman needs two sequences of equal length >= 2, got {len(x)} and {len(y)}")
-    rx, ry = _ranks(list(x)), _ranks(list(y))
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return sxy / math.sqrt(sxx * syy) if sxx and syy else float("nan")
+    from scipy import stats
+
+    with warnings.catch_warnings():  # a constant side is NaN here, said by the caller, not a warning on the page
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        return float(stats.spearmanr(list(x), list(y)).statistic)
 
 
 def permutation_p(x: Sequence[float], y: Sequence[float], *, exact_up_to: int = 8,
                   samples: int = 20_000) -> tuple[float, float]:
     """One-sided p-values of Spearman's rho: (P[rho >= observed], P[rho <= observed]) when ``y`` is shuffled over
-    the models. Exact (all n! orderings) up to ``exact_up_to`` models, else ``samples`` seeded random orderings."""
+    the models (``scipy.stats.permutation_test``, pairings). Exact (all n! orderings) up to ``exact_up_to`` models,
+    else ``samples`` seeded random orderings."""
     observed = spearman(x, y)
     if math.isnan(observed):
         return 1.0, 1.0
-    if len(y) <= exact_up_to:
-        orderings = list(itertools.permutations(y))
-    else:
-        rng = random.Random(0)
-        orderings = [rng.sample(list(y), len(y)) for _ in range(samples)]
-    rhos = [spearman(x, o) for o in orderings]
-    tolerance = 1e-12
-    return (sum(r >= observed - tolerance for r in rhos) / len(rhos),
-            sum(r <= observed + tolerance for r in rhos) / len(rhos))
+    from scipy import stats
+
+    resamples = math.inf if len(y) <= exact_up_to else samples
+
+    def p(alternative: str) -> float:
+        found = stats.permutation_test((list(y),), lambda shuffled: spearman(x, shuffled), vectorized=False,
+                                       permutation_type="pairings", n_resamples=resamples, alternative=alternative,
+                                       rng=0)
+        return float(found.pvalue)
+
+    return p("greater"), p("less")
 
 
 @dataclass(frozen=True)
