@@ -86,23 +86,9 @@ def test_a_method_or_chapter_never_imports_another(group):
 
 
 def test_no_import_cycles():
-    graph = {name: imports(path, top_level_only=True) for name, path in modules().items()}
-    state: dict[str, int] = {}
-    cycles = []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
-            elif nxt not in state:
-                visit(nxt, stack + [nxt])
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node, [node])
-    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+    graph = {name: imports(path, top_level_only=True) - {name} for name, path in modules().items()}
+    cycles = strongly_connected(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(sorted(group)) for group in cycles)
 
 
 # A cycle closed only by imports inside functions is a piece of work left, named here so that no new one appears
@@ -113,10 +99,10 @@ KNOWN_DEFERRED_CYCLES = {frozenset({"lib.chapters.flame", "lib.chapters.flame_me
 
 def all_imports(path: Path) -> set[str]:
     """:func:`imports` anywhere in the file (inside functions too), and ``__import__("lib.x")`` calls."""
-    found = imports(path)
+    found, known = imports(path), modules()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__" and node.args \
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value in modules():
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in known:
             found.add(node.args[0].value)
     return found
 

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from lib.chapters import NAMES
+
 from tools.run_notebooks import shown_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ["sharelock", "viterb", "flame", "three_towers", "fdt"]
+CHAPTERS = list(NAMES)
 EXACT = re.compile(r"\b(exact(ly)?|identical(ly)?|equals?)\b", re.I)
 ROUNDING = re.compile(r"\b(rounding|round-off|up to|tolerance|bfloat16|float32)\b", re.I)
 MAX_DIFF = re.compile(r"max\s*\|[^|\n]*\|\s*[=:]?\s*([0-9.]+(?:e[-+]?\d+)?)", re.I)

@@ -30,12 +30,14 @@ from pathlib import Path
 
 import pytest
 
+from lib.chapters import NAMES
+
 from tools import standins
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 PAPERMILL = str(Path(sys.executable).with_name("papermill"))
-CHAPTERS = ["sharelock", "viterb", "flame", "three_towers", "fdt"]
+CHAPTERS = list(NAMES)
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
 

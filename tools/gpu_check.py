@@ -7,7 +7,8 @@ is one prepared command that needs only what such a machine has (PyTorch, timm, 
 1. ``environment``: the card, its memory, bfloat16 support, the library versions;
 2. ``sharelock_paper_shapes``: ShareLock's head trained at the paper's shapes on random features (563k rows of
    Llama-3-8B's 4,096-d features -> DINOv2-B's 768, batch 16,384, bf16 autocast: ``bench.training``'s ``paper``
-   case), as steps/s and the minutes 5,000 steps take, beside the paper's "about 1 GPU hour" (App. A.1);
+   case), as steps/s and the minutes 5,000 steps take, beside the paper's "around 1 GPU hour" (§6.1, "Training
+   speed and storage");
 3. ``vit_b16_from_scratch``: one optimiser step of a ViT-B/16 trained from scratch at 224 px against a frozen
    4,096-d target (FLAME's and Three Towers' image tower), at the largest micro-batch that fits, with its peak memory,
    and the GPU-hours FLAME's Table 3 budget (22,703 steps at batch 4,096) would take at that rate;
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 import traceback
 from pathlib import Path
@@ -29,24 +29,25 @@ from pathlib import Path
 import torch
 
 import lib  # noqa: F401  (its torchvision fix, before timm is imported)
+from lib.core.atomic import write_bytes
 
-PAPER_SHARELOCK_MINUTES = 60.0  # ShareLock, App. A.1: "the final multimodal optimization of the MLP also takes
-# around 1 GPU hour" (563k pairs)
-FLAME_STEPS, FLAME_BATCH = 22_703, 4_096  # notebooks/configs/flame.yaml, full: 32 epochs of 2.9M pairs at 4,096
+# ShareLock §6.1 ("Training speed and storage"): "the final multimodal optimization of the MLP also takes around
+# 1 GPU hour" (563k pairs, one A100 40GB)
+PAPER_SHARELOCK_MINUTES = 60.0
 
 
 def environment(device: str) -> dict:
+    """The benchmarks' record of the machine (``bench._common.machine_info``), with the card's memory and bf16."""
     import timm
     import transformers
 
-    out = {"device": device, "torch": torch.__version__, "timm": timm.__version__,
-           "transformers": transformers.__version__, "python": platform.python_version()}
+    from bench import _common
+
+    out = {**_common.machine_info(device), "timm": timm.__version__, "transformers": transformers.__version__}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)
-        out.update(card=props.name, memory_gib=round(props.total_memory / 2**30, 1),
-                   bf16=torch.cuda.is_bf16_supported(), cuda=torch.version.cuda)
-    else:
-        out.update(card=platform.processor() or "cpu", bf16=False)
+        out.update(memory_gib=round(props.total_memory / 2**30, 1), bf16_gpu=torch.cuda.is_bf16_supported(),
+                   cuda=torch.version.cuda)
     return out
 
 
@@ -70,8 +71,10 @@ def vit_from_scratch(device: str, quick: bool) -> dict:
     fits; bf16 autocast on a GPU."""
     import timm
 
+    from lib.chapters import flame
     from lib.nn.losses import clip_loss
 
+    budget = flame.load_config("full").train  # FLAME's Table 3 run: 32 epochs of 2.9M pairs at 4,096
     name, size, target_dim = ("vit_tiny_patch16_224", 32, 64) if quick else ("vit_base_patch16_224", 224, 4096)
     model = timm.create_model(name, pretrained=False, num_classes=0, img_size=size).to(device)
     projection = torch.nn.Linear(model.num_features, target_dim).to(device)
@@ -105,7 +108,7 @@ def vit_from_scratch(device: str, quick: bool) -> dict:
             per_image = seconds / batch
             return {"model": name, "image_size": size, "micro_batch": batch, "seconds_per_step": seconds,
                     "images_per_s": batch / seconds, "peak_memory_gib": peak,
-                    "flame_table3_gpu_hours": FLAME_STEPS * FLAME_BATCH * per_image / 3600,
+                    "flame_table3_gpu_hours": budget.steps * budget.batch_size * per_image / 3600,
                     "parameters_m": sum(p.numel() for p in model.parameters()) / 1e6}
         except torch.OutOfMemoryError:
             optimizer.zero_grad(set_to_none=True)
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
         report["steps"][name] = {"seconds": round(time.perf_counter() - start, 1), "result": result, "error": error}
         print(f"== {name} ({report['steps'][name]['seconds']} s): " + (error.splitlines()[0] if error else
               json.dumps(result, default=str)[:600]), flush=True)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    write_bytes(out / "gpu_check.json", json.dumps(report, indent=1, default=str).encode())
     return report
 
 

@@ -206,9 +206,7 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
     try:
         result = PREPARERS[dataset](source, staging, dict(options or {}),
-                                                 lambda found: verify_downloads(dataset, found, memo, say,
-                                                                                skip_checksums),
-                                                 say)
+                                    lambda found: verify_downloads(dataset, found, memo, say, skip_checksums), say)
     finally:
         if memo:
             write_json(memo_path, memo)

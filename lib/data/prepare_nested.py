@@ -151,10 +151,7 @@ def prepare_imagenet_plus(source: Path, staging, options: dict, verify, say) -> 
     """Seen: the IN-1k train images of each of the 1,000 wnids; unseen: the manifest's rule applied to the IN-21k
     synsets' image counts. By default only the images a run reads are extracted (the manifest's seeded cap per
     class, chosen exactly as lib.data.full_sets does); ``all_images`` extracts every image of those classes."""
-    return imagenet_plus(source, staging, options, verify, say, Prepared(), settings("imagenet-plus"))
-
-
-def imagenet_plus(source: Path, staging, options: dict, verify, say, result, applied: dict):
+    result, applied = Prepared(), settings("imagenet-plus")
     manifest = manifests.load("imagenet-plus")
     layout, images, splits = manifest["layout"], manifest.get("images") or {}, manifest["splits"]
     seed = int(images.get("seed", 0))
