@@ -253,3 +253,27 @@ def test_a_damaged_converted_model_is_detected_and_rebuilt_never_keyed_as_intact
         again = resolve(name, "transformers")
     assert len(builds) == 2 and again == first  # rebuilt to the same bytes, so the same store key
     assert weights.read_bytes() == bytes(range(256)) * 64
+
+
+def test_the_packages_a_gguf_conversion_needs_are_declared_and_installed():
+    """A fresh `make setup` converts Gemma and SmolLM2 from GGUF; transformers refuses that without `accelerate`.
+
+    Why: a warm `.cache/models` never converts again, so only a clean machine (CI) would notice a dropped
+    dependency; this test notices it on any machine."""
+    import tomllib
+
+    from transformers.utils import is_accelerate_available, is_gguf_available
+
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in declared}
+    assert {"accelerate", "gguf"} <= names
+    assert is_accelerate_available() and is_gguf_available()
+
+
+def test_a_missing_gguf_prerequisite_is_one_actionable_error(tmp_path, monkeypatch):
+    import transformers.utils
+
+    monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda: False)
+    with pytest.raises(ModelNotFoundError, match=r"needs the packages `accelerate` and `gguf`.*make setup"):
+        models._convert_gguf(tmp_path / "model.gguf", tmp_path / "out")

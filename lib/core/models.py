@@ -66,6 +66,12 @@ def _convert_gguf(gguf_path: Path, dest: Path) -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import is_accelerate_available, is_gguf_available
+
+    if not (is_accelerate_available() and is_gguf_available()):
+        raise ModelNotFoundError(
+            f"converting {gguf_path.name} needs the packages `accelerate` and `gguf` (transformers loads GGUF "
+            "checkpoints only with both): run `make setup`, or `pip install 'accelerate>=1.0' 'gguf>=0.10'`")
 
     bar = gguf_utils.tqdm  # its per-tensor progress bar, once per conversion: silent under CI (a book page)
     gguf_utils.tqdm = functools.partial(bar, disable=paths.quiet())
