@@ -17,7 +17,7 @@ import time
 import torch
 
 from bench import _common
-from lib.data import emoji
+from corpora import emoji
 from lib.core.facets import FACET_SETS, FacetEncoder
 
 NAME = "facets"

@@ -15,7 +15,7 @@ import time
 import torch
 
 from bench import _common
-from lib.data import emoji
+from corpora import emoji
 from lib.core.encoders import TextEncoder
 
 NAME = "text_features"

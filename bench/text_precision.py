@@ -26,7 +26,7 @@ import torch
 
 from bench import _common
 from lib.core.encoders import TextEncoder
-from lib.data import emoji
+from corpora import emoji
 
 NAME = "text_precision"
 # (model, pooling): the small config's two decoders, read at the last token as ShareLock and ViTeRB do, and its

@@ -34,7 +34,7 @@ QUICK_CASES = ("efficientnet-lite0@128",)
 
 def load_images(n: int) -> list:
     """``n`` real emoji drawings (Noto, 64 px RGBA), spread over the whole set."""
-    from lib.data import emoji
+    from corpora import emoji
 
     concepts = emoji.load_concepts()
     step = max(1, len(concepts) // n)

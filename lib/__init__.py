@@ -7,9 +7,9 @@ Layers, each importing only the ones above it in this list (tests/test_layout.py
 * ``lib.data``: the datasets (emoji, Fashion-MNIST, WordNet, the full configs' loaders) and manifests;
 * ``lib.nn``: building blocks: heads, every loss, sparsemax, towers trained from scratch;
 * ``lib.methods``: the papers' methods (ShareLock, FLAME, Three Towers, FDT), importable on their own;
-* ``lib.chapters``: one module per chapter of the book: its config schema, benchmark, feature plan,
+* ``chapters``: one module per chapter of the book: its config schema, benchmark, feature plan,
   experiments and claims (a chapter never imports another chapter);
-* ``lib.precompute``: a chapter's feature plan on one process or many.
+* ``provision.precompute``: a chapter's feature plan on one process or many.
 
 See ``book/intro.md`` for the map and book/design.md for the store.
 """

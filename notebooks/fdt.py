@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** the feature pass needs about 1.7 GiB; training holds the 100k training pairs' patch and word-token features resident (the config's data.limit), about 40 GB, beside a 16,384 × 512 codebook (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **GPU:** the feature pass needs about 1.7 GiB; training holds the 100k training pairs' patch and word-token features resident (the config's data.limit), about 40 GB, beside a 16,384 × 512 codebook (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 0.02 GPU-hours of features (9.2e15 FLOPs: DINOv2-B patch tokens of 160k images, MPNet word states of 110k captions), at an assumed 120 TFLOP/s of bf16; computed, not measured; the 20k training steps at batch 4,096 are not in the cost model yet (the paper trains its encoders on 15M pairs)
-# - **data:** CC3M-LLaVA pairs (the first 100k) and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the patch and token features take about 77 GB in the store
+# - **data:** CC3M-LLaVA pairs (the first 100k) and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the patch and token features take about 77 GB in the store
 #
 # ```bash
 # papermill notebooks/fdt.ipynb out.ipynb -p config full
@@ -108,10 +108,11 @@ import torch
 from IPython.display import display
 from matplotlib.ticker import MaxNLocator
 
-from lib.chapters import fdt, fdt_figures, fdt_medium
+from chapters import fdt
 from lib.core import config as configs
-from lib.preflight import require
-from lib.core import features, notebook, paths
+from provision.preflight import require
+from chapters import notebook
+from lib.core import features, paths
 from lib.core.results import RULE, write_metrics, findings_table
 from lib.core.store import FeatureStore
 from lib.methods import fdt as fdt_method
@@ -123,7 +124,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/fdt.yaml` and is validated on load
-# (`lib.chapters.fdt.Config`, through `lib.core.config`): a typo such as `projector: mlp` stops here
+# (`chapters.fdt.Config`, through `lib.core.config`): a typo such as `projector: mlp` stops here
 # with one line naming the field and the allowed values.
 
 # %%
@@ -147,7 +148,7 @@ print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.proje
 # (10 classes, out of domain) {cite}`xiao2017fashionmnist`.
 #
 # The **medium config** pools ~17,500 drawings from Openclipart, OpenMoji, Fluent UI emoji and
-# game-icons (`lib.data.medium`), split by concept families 70/10/20 in the same way: here
+# game-icons (`corpora.medium`), split by concept families 70/10/20 in the same way: here
 # {glue:md}`medium_data`. Its zero-shot tests are the unseen concepts (the headline), Tux Paint's
 # photo-like stamps of unseen concepts (drawings to photo cut-outs; a test only, never trained on), and
 # the validation concepts, which early stopping already reads: the check that a head learned anything
@@ -174,10 +175,10 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
 # CLS token. MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
 # length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a mask.
 #
-# The chapter lists what it reads in one plan (`lib.chapters.fdt.feature_plan`: the patch sequences of
+# The chapter lists what it reads in one plan (`chapters.fdt.feature_plan`: the patch sequences of
 # every image set, the word-piece sequences of every caption set and of the zero-shot prompts);
 # `lib.core.features.materialise` reads each from the store and computes only what is missing, and
-# `python -m lib.precompute --chapter fdt` runs the same plan on one GPU or many.
+# `python -m provision.precompute --chapter fdt` runs the same plan on one GPU or many.
 
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
@@ -271,12 +272,12 @@ display(notebook.show_source(fdt_method.relevance), notebook.show_source(fdt_met
 # %% [markdown]
 # The codebook is shared by both modalities: it is the only place where images and words meet. The
 # diagram is drawn from a real head of this config run on one held-out pair; every shape and count in
-# it is read from that forward pass (`lib.chapters.fdt_figures.method_diagram`).
+# it is read from that forward pass (`chapters.fdt.figures.method_diagram`).
 
 # %%
 torch.manual_seed(0)
 fresh = fdt.build_fdt(cfg.fdt, image_dim, text_dim)
-fdt_figures.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
+fdt.method_diagram(fresh, feats.image(bench.retrieval), feats.captions(bench.retrieval))
 plt.show()
 print(f"trainable parameters: {sum(p.numel() for p in fresh.parameters()):,}")
 
@@ -300,7 +301,7 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
 # sequences and their masks are those tensors; each batch is trimmed to its own longest caption
 # inside the head. The learning rate peaks at the official 1e-3 (the official schedule warms up from
 # 1e-4 to 1e-3; `fit` warms up from 0). Every head and variant below trains on every seed it is
-# configured for (`lib.chapters.fdt.run_all`).
+# configured for (`chapters.fdt.run_all`).
 
 # %%
 runs, trained = fdt.run_all(cfg, bench, feats, quick=quick)
@@ -419,9 +420,9 @@ pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size"
 # has 1,335 pairs.)
 
 # %%
-curve = fdt_medium.data_size_curve(cfg, bench, feats, runs, fdt.train_and_evaluate) if config == "medium" else None
+curve = fdt.data_size_curve(cfg, bench, feats, runs, fdt.train_and_evaluate) if config == "medium" else None
 if curve is not None:
-    display(fdt_medium.curve_frame(curve, f"{headline}/acc1").set_index("training pairs"))
+    display(fdt.curve_frame(curve, f"{headline}/acc1").set_index("training pairs"))
     frame = curve.frame().assign(top1=lambda d: 100 * d[f"{headline}/acc1"])
     fig, axis = plt.subplots(figsize=(7, 3.6))
     sns.lineplot(data=frame, x="train_pairs", y="top1", hue="head", marker="o", errorbar="sd", ax=axis)
@@ -444,9 +445,9 @@ else:
 # the small config, which has no such set), by the book's rule against chance.
 
 # %%
-stuck = fdt_medium.stuck_runs(runs, *([curve] if curve is not None else []))
+stuck = fdt.stuck_runs(runs, *([curve] if curve is not None else []))
 check_set = next((s for s in zero_sets if s.name == bench.val.name), zero_sets[0])
-checks = fdt_medium.above_chance(runs, check_set, dict.fromkeys(runs.frame()["head"]))
+checks = fdt.above_chance(runs, check_set, dict.fromkeys(runs.frame()["head"]))
 display(pd.DataFrame([{"head": h, "set": check_set.name, "classes": len(check_set.classnames),
                        "top-1 %": c.a.text(), "chance %": f"{100 / len(check_set.classnames):.2f}",
                        "clearly above chance": {"a": "yes", "b": "no", "tie": "no", "unclear": "no"}.get(c.outcome, "one seed: "
@@ -565,7 +566,7 @@ deviations
 
 # %%
 print(RULE)
-claims = fdt_medium.diagnose(fdt.claims(cfg, bench, runs), runs, curve, f"{headline}/acc1")
+claims = fdt.diagnose(fdt.claims(cfg, bench, runs), runs, curve, f"{headline}/acc1")
 verdicts = pd.DataFrame([{"claim": c.statement, "from": c.origin, "paper": c.paper_column,
                           "this run": c.evidence, "verdict": c.verdict, "diagnosis (measured)": c.diagnosis or ""}
                          for c in claims])
@@ -609,7 +610,7 @@ notebook.glue("verdict_sparsemax", by_id["sparsemax_beats_softmax"].verdict if "
               else "not run", markdown=True)
 notebook.glue("verdict_weights", by_id["sparsemax_beats_softmax_as_features"].verdict
               if "sparsemax_beats_softmax_as_features" in by_id else "not run", markdown=True)
-trend = fdt_medium.curve_trend(curve, f"{headline}/acc1") if curve is not None else ""
+trend = fdt.curve_trend(curve, f"{headline}/acc1") if curve is not None else ""
 notebook.glue("curve_line", f"The data-size curve: {trend}." if trend else "The data-size curve runs in the medium "
               "config (section \"More data\").", markdown=True)
 notebook.glue("stuck_line", f"{len(stuck)} of the runs (curve included) has its best step at the first evaluation"
@@ -678,10 +679,10 @@ if "paper_formula_active_codes_image" in findings:  # a variant of the small con
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.chapters.fdt.FDTHeadConfig(temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
+# * `chapters.fdt.FDTHeadConfig(temperature=...)` and the `variants` of `notebooks/configs/fdt.yaml`:
 #   sweep the temperature with the codebook size and watch `lib.methods.fdt.codebook_usage` against accuracy.
 # * `lib.methods.fdt.FDTHead(projector="fc_gelu", scaled_dot=True)`: the paper's projector with the code's scale.
-# * `lib.methods.fdt.weight_encoder` + `lib.chapters.fdt.zero_shot_metrics`: weights as features for any trained head.
+# * `lib.methods.fdt.weight_encoder` + `chapters.fdt.zero_shot_metrics`: weights as features for any trained head.
 # * `lib.methods.fdt.token_code_scores`: the grounding figure for your own images and captions
 #   (`lib.core.features.image_tokens` / `text_tokens` requests give the token features).
 # * `image_tokens: all` in the config: let the codes see DINOv2's CLS token too (the official code does not).

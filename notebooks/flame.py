@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** the feature pass peaks at about 25 GiB (Mistral-Nemo's 12B parameters in fp16 plus activations) with 22 GiB of host memory; training as configured fits no single GPU: lib.core.train.fit holds the training features resident, and 2.9M re-captions × 7 facets × 5,120 dimensions are 208 GB in fp16 (416 GB in fp32), so set data.limit (200k pairs: about 29 GB in fp32) until training streams from the store (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **GPU:** the feature pass peaks at about 25 GiB (Mistral-Nemo's 12B parameters in fp16 plus activations) with 22 GiB of host memory; training as configured fits no single GPU: lib.core.train.fit holds the training features resident, and 2.9M re-captions × 7 facets × 5,120 dimensions are 208 GB in fp16 (416 GB in fp32), so set data.limit (200k pairs: about 29 GB in fp32) until training streams from the store (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 106 GPU-hours of features (4.6e19 FLOPs: Mistral-Nemo over 2.9M re-captions at up to 256 caption tokens plus the 7 facet prompts, and again for the last-token baseline; DINOv2-B over 3.0M images), at an assumed 120 TFLOP/s of bf16; computed, not measured; the heads' training is not in the cost model yet
-# - **data:** CC3M re-captioned by MiniCPM-Llama3-V 2.5 (the paper's data) and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/flame-recap-cc3m.yaml`, `imagenet-1k.yaml`); the features take about 244 GB in the store
+# - **data:** CC3M re-captioned by MiniCPM-Llama3-V 2.5 (the paper's data) and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/flame-recap-cc3m.yaml`, `imagenet-1k.yaml`); the features take about 244 GB in the store
 #
 # ```bash
 # papermill notebooks/flame.ipynb out.ipynb -p config full
@@ -107,10 +107,11 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib.chapters import flame, flame_medium
+from chapters import flame
 from lib.core import config as configs
-from lib.preflight import require
-from lib.core import features, notebook, paths
+from provision.preflight import require
+from chapters import notebook
+from lib.core import features, paths
 from lib.core.facets import clean_caption, decoupled_inputs
 from lib.core.results import RULE, Runs, compare, versus, write_metrics, findings_table
 from lib.core.store import FeatureStore
@@ -123,7 +124,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/flame.yaml` and is validated on load
-# (`lib.chapters.flame.Config`). The text model is a `lib.core.facets.FacetConfig`: the LLM, the K facet
+# (`chapters.flame.Config`). The text model is a `lib.core.facets.FacetConfig`: the LLM, the K facet
 # phrases, the layer read, the position-id scheme and the prompt template, all of which are part of the
 # feature store's key. The facets of this run:
 
@@ -131,7 +132,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, limit=limit,
                                       overrides=overrides)
 medium = config == "medium"
-cfg = (flame_medium if medium else flame).load_config(config, changes)
+cfg = flame.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("flame", config, overrides=changes)
 K = len(cfg.text.facets)
@@ -149,7 +150,7 @@ pd.DataFrame({"facet": cfg.text.facets,
 # captions, plus the raw ones), and the full config trains on those long re-captions
 # (`data_manifests/flame-recap-cc3m.yaml`, one long caption per image; the official code also embeds the
 # raw and the short caption of every image). The small config composes one long caption for each emoji
-# from its CLDR text: label, keywords, group and subgroup (`lib.data.emoji.caption(..., "long")`).
+# from its CLDR text: label, keywords, group and subgroup (`corpora.emoji.caption(..., "long")`).
 # Concepts are split into train / validation / unseen by *families* (the ShareLock chapter explains why),
 # and every score below is on **unseen** concepts: zero-shot classification among all 381 unseen
 # concepts (the prompt is the class name, a short text) and image↔caption retrieval among the same 381
@@ -159,9 +160,9 @@ pd.DataFrame({"facet": cfg.text.facets,
 
 # %%
 bench = flame.benchmark(cfg)
-rows, text_sets = flame.sizes(cfg, bench), (flame_medium if medium else flame).text_sets(cfg, bench)
+rows, text_sets = flame.sizes(cfg, bench), flame.text_sets(cfg, bench)
 if medium:  # seeded subsets of the splits (the image features are those of the whole splits)
-    rows = {role: len(idx) for role, idx in flame_medium.subsets(cfg, bench).items()}
+    rows = {role: len(idx) for role, idx in flame.subsets(cfg, bench).items()}
 zero_shot_set = bench.zero_shot[0]  # unseen concepts (small) / ImageNet-1k (full)
 assert not set(bench.train.concepts[: rows["train"]]) & set(bench.retrieval.concepts), "an unseen concept leaked"
 pd.DataFrame([{"set": pairs.name, "role": role, "rows used": rows[role], "rows in split": len(pairs)}
@@ -200,7 +201,7 @@ with pd.option_context("display.max_colwidth", None):
 # reads it once: the sequence is `[prefix][facet 1 suffix]…[facet K suffix]`, a 4-D attention mask
 # lets every suffix token see the prefix and its own suffix only, and each suffix's position ids
 # restart where the prefix ends. The figure is drawn from the very mask and position ids the encoder
-# builds for one real caption (`lib.chapters.flame.facet_mask_figure`): a coloured cell is a key (column)
+# builds for one real caption (`chapters.flame.facet_mask_figure`): a coloured cell is a key (column)
 # that the query (row) sees, coloured by the key's segment; a star is a facet's read-out token.
 
 # %%
@@ -249,18 +250,18 @@ speed_table.set_index("model")
 # %% [markdown]
 # ## The frozen features
 #
-# `lib.chapters.flame.feature_plan` lists every feature the chapter reads, and
+# `chapters.flame.feature_plan` lists every feature the chapter reads, and
 # `lib.core.features.materialise` reads each from the store (`lib.core.store`), computing it only on a miss:
 # the image features of every image set (the ShareLock chapter's entries), the LLM's K facet embeddings
 # (`facets:…`, stored `[N·K, D]` caption-major) and each baseline's plain features (`text:…`) of the
 # training, validation and retrieval captions, of the zero-shot prompts and of the labels in other
-# languages. `python -m lib.precompute --chapter flame` runs the same plan.
+# languages. `python -m provision.precompute --chapter flame` runs the same plan.
 
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
-plan = flame.feature_plan(cfg, bench)  # the medium config's plan: lib.chapters.flame_medium.feature_plan
+plan = flame.feature_plan(cfg, bench)  # the medium config's plan adds the Tux Paint sets
 found = features.materialise(store, plan, device=cfg.device)
-feats = (flame_medium.MediumFeatures if medium else flame.ChapterFeatures)(cfg, bench, found)
+feats = flame.chapter_features(cfg, bench, found)
 print(found.summary())
 
 # %% [markdown]
@@ -297,7 +298,7 @@ display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_lo
 #
 # Every method trains on the same training concepts, image features, steps, batch and seeds with
 # `lib.core.train.fit` (best weights on the validation concepts), and is tested on the same unseen
-# concepts (`lib.chapters.flame.train_and_evaluate`, `lib.core.evaluate.zero_shot` and `retrieval`):
+# concepts (`chapters.flame.train_and_evaluate`, `lib.core.evaluate.zero_shot` and `retrieval`):
 #
 # * **FLAME**: frozen LLM through the facet prompts, no text head, image MLP (`lib.methods.flame.Flame`);
 # * **ShareLock head**: the same frozen LLM read at the caption's last token, ShareLock's 4-layer MLP
@@ -309,10 +310,8 @@ display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_lo
 
 # %%
 def train(kind: str, seed: int, **options):
-    """One method, one seed: (row, training result). Medium adds its tests (lib.chapters.flame_medium.run)."""
-    if medium:
-        return flame_medium.run(cfg, bench, feats, kind, seed, **options)
-    return flame.train_and_evaluate(cfg, bench, feats, kind, seed, **options)[:2]
+    """One method, one seed: (row, training result); the medium config adds its tests (`chapters.flame.run`)."""
+    return flame.run(cfg, bench, feats, kind, seed, **options)
 
 
 runs, curves = Runs(), {}
@@ -445,7 +444,7 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 # The paper's multilingual claim (Table 4): trained on English captions only, FLAME classifies ImageNet
 # with class names in other languages, because the frozen LLM already maps languages close together; CLIP,
 # trained on English, falls to near chance outside Latin scripts. The emoji corpus carries every CLDR
-# label in 12 locales (emojibase-data; `lib.data.emoji.locale_labels`). Here every trained model,
+# label in 12 locales (emojibase-data; `corpora.emoji.locale_labels`). Here every trained model,
 # unchanged, classifies the 381 unseen drawings by their labels in English and in other languages (one
 # prompt, the bare label). all-MiniLM-L6-v2 was trained on English only. SmolLM2-135M is mostly English too,
 # so this is a weak test of the claim; Gemma 3 (140 languages) or the full config's Mistral-Nemo are the fair
@@ -455,7 +454,7 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 # %%
 locales = list(flame.label_sets(cfg, bench))
 if locales:
-    display(flame_medium.language_bars(main, {f"labels:{loc}/acc1": loc for loc in locales}, chance["zero-shot"],
+    display(flame.language_bars(main, {f"labels:{loc}/acc1": loc for loc in locales}, chance["zero-shot"],
                                        len(zero_shot_set.classnames), "CLDR label language (every model trained on "
                                        "English captions)", "Unseen concepts classified by their labels"))
 
@@ -486,12 +485,12 @@ if class_texts:
 # %% [markdown]
 # ## The medium config: more concepts, longer descriptions, five languages
 #
-# The **medium config** trains on the medium corpus (`lib.data.medium`: Openclipart,
+# The **medium config** trains on the medium corpus (`corpora.medium`: Openclipart,
 # OpenMoji, Fluent UI emoji and game-icons drawings, concept families split 70/10/20, the ShareLock chapter's
 # split) with **long** captions: an Openclipart drawing's title, keywords and the uploader's description, an
 # emoji's label, keywords and group, a game icon's name. The LLM pass is the cost: measured at about 0.1 s per
 # caption for the three facets with SmolLM2-135M on 2 CPU cores, so the run uses fixed seeded subsets of the
-# splits (`lib.chapters.flame_medium.subsets`; the same rows for every method and seed): {glue:md}`medium_sizes`.
+# splits (`chapters.flame.subsets`; the same rows for every method and seed): {glue:md}`medium_sizes`.
 # Every method trains under one budget rule: AdamW, batch 256, evaluated on the validation subset every 5 steps,
 # stopped after 30 evaluations without improvement (at most 600 steps), the best weights kept. (Validating every 25 steps
 # was too coarse: the heads overfit the curve's smaller training sets within 25 steps, and most of those runs
@@ -513,7 +512,7 @@ if medium:
     extra = {"tux-photo/acc1": f"Tux Paint photo-like, {len(bench.zero_shot[1].classnames)} unseen classes",
              "retrieval-openclipart/image_retrieval_recall@1": "text→image R@1, Openclipart rows",
              "retrieval-openclipart/text_retrieval_recall@1": "image→text R@1, Openclipart rows"}
-    medium_findings = flame_medium.findings(cfg, bench, runs)
+    medium_findings = flame.findings(cfg, bench, runs)
     table = main.table(list(extra), by=["method"], labels=extra).set_index("method").T
     chance_of = dict(zip(extra.values(), ("chance_tux_photo", "chance_openclipart_retrieval", "chance_openclipart_retrieval")))
     table["chance"] = [f"{100 * medium_findings[chance_of[row]]:.2f}" if row in chance_of else "" for row in table.index]
@@ -521,7 +520,7 @@ if medium:
 
 # %%
 if medium:
-    display(flame_medium.language_bars(main, {f"tux:{loc}/acc1": loc for loc in cfg.tux_locales},
+    display(flame.language_bars(main, {f"tux:{loc}/acc1": loc for loc in cfg.tux_locales},
                                        medium_findings["chance_tux"], len(feats.tux_images.classnames),
                                        "language of the class sentence (every model trained on English captions)",
                                        "Tux Paint stamps classified by their sentences"))
@@ -536,7 +535,7 @@ if medium:
 
 # %%
 if medium:
-    by_source = flame_medium.facet_similarity_by_source(feats, bench)
+    by_source = flame.facet_similarity_by_source(feats, bench)
     display(pd.DataFrame({"mean facet cosine": by_source}).round(3))
     oc = {"retrieval-openclipart/image_retrieval_recall@1": "Openclipart text→image R@1",
           "retrieval-openclipart/text_retrieval_recall@1": "Openclipart image→text R@1"}
@@ -550,11 +549,11 @@ if medium:
 
 # %%
 if medium:
-    curve = flame_medium.data_size_curve(cfg, bench, feats, runs)
+    curve = flame.data_size_curve(cfg, bench, feats, runs)
     every = Runs({(flame.run_key(r, cfg), r["seed"], r["train_pairs"]): r for r in [*runs, *curve]}.values())  # each run once
-    stuck = flame_medium.stuck_runs(every, cfg)
+    stuck = flame.stuck_runs(every, cfg)
     print(f"{len(every)} training runs, {len(stuck)} stuck (best step = first evaluation)")
-    display(flame_medium.curve_frame(curve, "zero-shot/acc1").set_index("training pairs"))
+    display(flame.curve_frame(curve, "zero-shot/acc1").set_index("training pairs"))
     fig, axes = plt.subplots(1, 2, figsize=(9.8, 3.4))
     for axis, metric, level in zip(axes, ["zero-shot/acc1", "retrieval/image_retrieval_recall@1"],
                                    [chance["zero-shot"], chance["retrieval"]]):
@@ -584,15 +583,15 @@ diagnosis = {"more_facets_help": (
     "one caption, each facet's mean over captions removed") if facet_cosine is not None else None}
 if medium:
     diagnosis["more_facets_help"] += f" (Openclipart's captions alone: {by_source['openclipart']:.2f})"
-    diagnosis["frozen_llm_beats_scratch"] = flame_medium.curve_trend(curve, "zero-shot/acc1")
-    matches = {loc: flame_medium.translation_match(feats, loc) for loc in cfg.tux_locales if loc != "en"}
+    diagnosis["frozen_llm_beats_scratch"] = flame.curve_trend(curve, "zero-shot/acc1")
+    matches = {loc: flame.translation_match(feats, loc) for loc in cfg.tux_locales if loc != "en"}
     diagnosis["multilingual_transfer"] = (
         "FLAME's top-1 with English sentences " + runs.summary("tux:en/acc1", **flame.main_setting(cfg)).text()
         + " %, with the others " + runs.summary("tux:other/acc1", **flame.main_setting(cfg)).text() + " %; before "
         "training, a sentence's nearest English sentence under SmolLM2's prompt is the same class for "
         + ", ".join(f"{100 * v:.0f} % ({loc})" for loc, v in matches.items())
         + f" of the {len(feats.tux_images.classnames)} classes")
-claims = (flame_medium if medium else flame).claims(cfg, bench, runs, diagnosis=diagnosis)
+claims = flame.claims(cfg, bench, runs, diagnosis=diagnosis)
 coincidences = pd.DataFrame(flame.coincidences(cfg, bench, runs))
 for claim in claims:
     print(f"{claim.statement}:\n  {claim.evidence} -> {claim.verdict}")
@@ -600,7 +599,7 @@ if len(coincidences):
     display(coincidences.set_index("results"))
 
 # %% [markdown]
-# The table above (`lib.chapters.flame.coincidences`), when it is not empty, lists the results that look
+# The table above (`chapters.flame.coincidences`), when it is not empty, lists the results that look
 # degenerate, with the values of every seed: two settings whose means agree to the shown digit, and a
 # metric with one value on every seed. Where the seeds differ, a tie is a coincidence of a coarse metric (a
 # seed's R@1 among 381 moves in steps of 0.26 points, a mean over three seeds in steps of 0.09). A value
@@ -690,7 +689,7 @@ with pd.option_context("display.max_colwidth", None):
     display(verdicts.style.hide(axis="index"))
 
 # %% tags=["remove-cell"]
-findings = (flame_medium if medium else flame).findings(cfg, bench, runs)
+findings = flame.findings(cfg, bench, runs)
 findings.update({"equivalence_max_abs_diff": equivalence_gap,
                  "facet_mean_cosine": facet_cosine})
 findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_separate": r["speedup_vs_separate"] for r in speed["results"]})
@@ -744,7 +743,7 @@ if medium:
         f"{mean_sd('retrieval-openclipart/image_retrieval_recall@1', **flame.main_setting(cfg))} vs "
         f"{mean_sd('retrieval-openclipart/image_retrieval_recall@1', method='flame', facets=1)}; the facets of one "
         f"caption have a mean cosine of {facet_cosine:.2f} (Openclipart: {by_source['openclipart']:.2f}).",
-        f"- *Data-size curve*, zero-shot top-1: {flame_medium.curve_trend(curve, 'zero-shot/acc1')}.",
+        f"- *Data-size curve*, zero-shot top-1: {flame.curve_trend(curve, 'zero-shot/acc1')}.",
     ]), markdown=True)
 else:
     for name in ("medium_sizes", "medium_stuck", "medium_classes", "medium_chance", "medium_locales",
@@ -761,7 +760,7 @@ if medium:
     box += [f"- FLAME with Tux Paint's {', '.join(cfg.tux_locales[1:])} sentences against chance: "
             f"{above.says('FLAME', 'chance')}",
             f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.seeds)} seeds): "
-            f"{flame_medium.curve_trend(curve, 'zero-shot/acc1')}", f"- {stuck_text} (best step = first evaluation)"]
+            f"{flame.curve_trend(curve, 'zero-shot/acc1')}", f"- {stuck_text} (best step = first evaluation)"]
 box += [f"- zero-shot with the paper's one short-text prompt vs the average of all facets: {rule_sentence}",
         f"- facet-decoupled attention equals {K} separate passes (max difference {equivalence_gap:.0e} in float32); "
         f"one pass is {min(r['speedup_vs_separate'] for r in speed['results']):.1f}–"
@@ -788,13 +787,13 @@ print(f"benchmarked speed-up over K separate passes > 2x: {min(r['speedup_vs_sep
 # * `lib.core.facets.FacetConfig`: read the official code's layer (`layer: 29`, block 29 of SmolLM2's 30,
 #   is the analogue of block 39 of 40), switch `positions: contiguous`, or use all seven facets
 #   (`lib.core.facets.FACET_SETS["long"]`) and `offline/gemma-3-270m`, a multilingual LLM.
-# * `lib.chapters.flame.Config`: `prompt: official` embeds every text as the official code does.
+# * `chapters.flame.Config`: `prompt: official` embeds every text as the official code does.
 # * `lib.core.facets.FacetEncoder.encode(method=...)` and `bench/facets.py`: time decoupled attention
 #   against K passes on your hardware.
 # * `lib.methods.flame.Flame(loss="mp_sigmoid", positives=...)`: the official loss with a random subset of
 #   positives per image; `lib.methods.flame.FlameProjector(hidden_dim=None)` for the official width, max(LLM width, 4,096) (5,120 for Mistral-Nemo).
 # * `lib.core.train.fit`, `lib.core.evaluate.zero_shot` and `lib.core.evaluate.retrieval` work with any of
-#   these methods; `lib.data.emoji.locale_labels` gives the labels in 12 locales.
+#   these methods; `corpora.emoji.locale_labels` gives the labels in 12 locales.
 
 # %% [markdown]
 # ## References

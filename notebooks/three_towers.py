@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains its towers contrastively on WebLI for TPU-weeks)
-# - **data:** CC3M-LLaVA pairs and ImageNet-1k val, each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the third tower's features take about 1.3 GB in the store
+# - **data:** CC3M-LLaVA pairs and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the third tower's features take about 1.3 GB in the store
 #
 # ```bash
 # papermill notebooks/three_towers.ipynb out.ipynb -p config full
@@ -113,10 +113,11 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lib.chapters import three_towers, three_towers_diagram
+from chapters import three_towers
 from lib.core import config as configs
-from lib.preflight import require
-from lib.core import curves, features, notebook, paths
+from provision.preflight import require
+from chapters import notebook
+from lib.core import curves, features, paths
 from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.store import FeatureStore
 from lib.methods import three_towers as tt
@@ -127,7 +128,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # ## Configuration
 #
 # Everything the chapter trains is named in `notebooks/configs/three_towers.yaml` and validated before
-# any work starts (`lib.chapters.three_towers.Config`): a wrong field stops the run with one line naming it.
+# any work starts (`chapters.three_towers.Config`): a wrong field stops the run with one line naming it.
 
 # %%
 changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, overrides=overrides)
@@ -156,8 +157,8 @@ print(f"config {config!r}: image tower {cfg.image_tower.kind} at {cfg.image_towe
 #   (a domain none of the drawings is), retrieval among all unseen drawings, and a seen-concept ceiling as
 #   wide as the unseen test.
 #
-# `lib.chapters.three_towers.feature_plan` lists every feature the chapter reads (the third tower's
-# features of every image set), the same plan that `python -m lib.precompute --chapter three_towers` computes.
+# `chapters.three_towers.feature_plan` lists every feature the chapter reads (the third tower's
+# features of every image set), the same plan that `python -m provision.precompute --chapter three_towers` computes.
 
 # %%
 bench = three_towers.benchmark(cfg)
@@ -193,12 +194,12 @@ plt.tight_layout()
 # the full config uses a timm ViT-B/16 built with `pretrained=False`), $g$ a bag of word-piece embeddings
 # with an MLP (`BagTower`; a pre-norm transformer, `TextTower`, is the full config's choice), and $h$ one
 # linear map on the cached $p(I)$. The diagram is drawn from the model this chapter trains
-# (`lib.chapters.three_towers_diagram.diagram`): every box, parameter count and loss term is read from a built
+# (`chapters.three_towers.figures.diagram`): every box, parameter count and loss term is read from a built
 # `ThreeTowers`.
 
 # %%
 example = three_towers.build(cfg, data, "3t")
-three_towers_diagram.diagram(example, cfg.third.name)
+three_towers.diagram(example, cfg.third.name)
 plt.tight_layout()
 
 # %% [markdown]
@@ -239,7 +240,7 @@ display(notebook.show_source(tt.ThreeTowers.term_losses, docstrings=True),
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9.8, 2.4))
 for axis, variant in zip(axes, ("scratch", "lit")):
-    three_towers_diagram.diagram(three_towers.build(cfg, data, variant), cfg.third.name, ax=axis)
+    three_towers.diagram(three_towers.build(cfg, data, variant), cfg.third.name, ax=axis)
 plt.tight_layout()
 
 # %% [markdown]

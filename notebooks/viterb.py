@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** one GPU with at least 24 GB: the feature pass peaks at about 22 GiB (Flan-UL2's 8.7B-parameter encoder in bf16 plus activations), training at about 13 GiB; 40 GiB of host memory, as transformers loads all of Flan-UL2 (19.5B parameters, 36 GiB in bf16) before the encoder is kept (computed by lib.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **GPU:** one GPU with at least 24 GB: the feature pass peaks at about 22 GiB (Flan-UL2's 8.7B-parameter encoder in bf16 plus activations), training at about 13 GiB; 40 GiB of host memory, as transformers loads all of Flan-UL2 (19.5B parameters, 36 GiB in bf16) before the encoder is kept (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
 # - **time:** at most about 3 GPU-hours of features (1.4e18 FLOPs: six language models and two pooling variants over 146k templated class names and the generated texts at their generation caps, DINOv2-B over 184k images) and at most about 19 GPU-hours of training (396 heads × 5,000 steps at batches of up to 16,384: 8.3e18 FLOPs; early stopping shortens it), at an assumed 120 TFLOP/s of bf16; computed, not measured; the class texts are generated first with Llama-3-8B-Instruct (`tools/generate_class_texts.py`)
-# - **data:** AWA2 (37,322 images), CUB (11,788), FGVC-Aircraft (10,000) and ImageNet+ (100,000 seen + 25,000 unseen images: the manifest's caps, all that `python -m lib.data.prepare imagenet-plus` extracts from the ImageNet-1k train tar and an ImageNet-21k release), each prepared by `python -m lib.data.prepare <dataset> --from <downloads>` (`data_manifests/awa2.yaml`, `cub.yaml`, `fgvc-aircraft.yaml`, `imagenet-plus.yaml`); the features take about 7.4 GB in the store
+# - **data:** AWA2 (37,322 images), CUB (11,788), FGVC-Aircraft (10,000) and ImageNet+ (100,000 seen + 25,000 unseen images: the manifest's caps, all that `python -m provision.prepare imagenet-plus` extracts from the ImageNet-1k train tar and an ImageNet-21k release), each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/awa2.yaml`, `cub.yaml`, `fgvc-aircraft.yaml`, `imagenet-plus.yaml`); the features take about 7.4 GB in the store
 #
 # ```bash
 # papermill notebooks/viterb.ipynb out.ipynb -p config full
@@ -112,14 +112,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from lib.chapters import viterb, viterb_medium
+from chapters import viterb
 from lib.core import config as configs
-from lib.core import curves, features, notebook, paths, ranks
+from chapters import notebook
+from lib.core import curves, features, paths, ranks
 from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.results import stuck as is_stuck
 from lib.core.store import FeatureStore
-from lib.data import class_splits, class_texts, manifests, wordnet
-from lib.preflight import require
+from corpora import class_splits, class_texts, manifests, wordnet
+from provision.preflight import require
 
 started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure style
 
@@ -127,7 +128,7 @@ started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure sty
 # ## Configuration
 #
 # Every setting lives in `notebooks/configs/viterb.yaml` and is validated on load
-# (`lib.chapters.viterb.Config`, through `lib.core.config`). The vision models carry exactly the ShareLock
+# (`chapters.viterb.Config`, through `lib.core.config`). The vision models carry exactly the ShareLock
 # chapter's settings, so their image features come from the store instead of being recomputed.
 
 # %%
@@ -144,7 +145,7 @@ print(f"config {config!r}: score datasets {list(cfg.score_datasets)}, checks {li
 # ## Seen and unseen classes, as data
 #
 # The split *is* the benchmark, so it is data with a checksum, not code: `data_manifests/viterb.yaml` names,
-# for each dataset, where its seen/unseen lists live and their sha256 (`lib.data.class_splits`).
+# for each dataset, where its seen/unseen lists live and their sha256 (`corpora.class_splits`).
 #
 # * **Emoji** (small, the score): the emoji corpus's family-disjoint concept split
 #   (`data_manifests/splits/emoji.json`): *train* concepts are seen, *val* concepts are held out for early
@@ -152,20 +153,20 @@ print(f"config {config!r}: score datasets {list(cfg.score_datasets)}, checks {li
 #   never straddle the split. One drawing (Noto) per concept; a seeded subset of 192 seen, 64 val and 192
 #   unseen concepts keeps text generation within budget (below).
 # * **Fashion-MNIST** (small, a separate photo check): a seeded random 7 seen / 3 unseen class split
-#   (`lib.data.class_splits.seeded_class_split`, written to `data_manifests/splits/fashion-mnist.json`, its
+#   (`corpora.class_splits.seeded_class_split`, written to `data_manifests/splits/fashion-mnist.json`, its
 #   sha256 in the dataset's manifest). Seen classes give 75 training and 25 validation photos each, unseen
 #   classes 100 test photos each: the ShareLock chapter's photos, so one store entry serves both chapters.
-# * **Medium** (medium, the score): the medium corpus (`lib.data.medium`: Openclipart, OpenMoji, Fluent UI
+# * **Medium** (medium, the score): the medium corpus (`corpora.medium`: Openclipart, OpenMoji, Fluent UI
 #   emoji and game-icons drawings) split by whole concept families into train / val / unseen
 #   (`data_manifests/splits/medium.json`, checksummed): every image of a train concept is a training image,
 #   of a val concept an early-stopping image, of an unseen concept a test image
-#   (`lib.data.class_splits.medium_benchmark`). The image sets are the ShareLock chapter's medium sets, so
+#   (`corpora.class_splits.medium_benchmark`). The image sets are the ShareLock chapter's medium sets, so
 #   their features come from the store. The medium config scores it and emoji (both many-class); it leaves
 #   Fashion-MNIST out.
 # * **AWA2, CUB** (full): Xian et al. 2017's *proposed split* (40/10 and 150/50 classes). **FGVC-Aircraft**
 #   (full): a seeded random 50/20 split of the 70 families, made at load time by the same function.
 #   **ImageNet+** (full): the 1,000 IN-1k classes seen, the 500 most populated IN-21k classes unseen
-#   (`lib.data.full_sets`).
+#   (`corpora.full_sets`).
 #
 # **Why Fashion-MNIST is not in the score.** The paper averages per-class accuracies over datasets whose
 # unseen sets have 10 to 500 classes. A 3-way task has a chance level of 33 % and per-class accuracy that
@@ -189,7 +190,7 @@ for name, entry in manifests.load("viterb")["full"].items():
 pd.DataFrame(split_rows, dtype=object).set_index("dataset").fillna("")
 
 # %% [markdown]
-# The protocol, drawn from the benchmark objects this run uses (`lib.data.class_splits.split_diagram`):
+# The protocol, drawn from the benchmark objects this run uses (`corpora.class_splits.split_diagram`):
 
 # %%
 fig = class_splits.split_diagram(benches, cfg.score_datasets)
@@ -213,7 +214,7 @@ if "fashion-mnist" in benches:
 # The paper compares four kinds of text about each class (its A.2) and represents a class by **all** its
 # texts: "For all types of class representations, predictions are made by aggregating class scores through
 # averaging over all individual class-specific texts." Each kind is a named source with its own store key
-# (`lib.data.class_texts`: dataset, kind, class list, templates or the generated file's sha256).
+# (`corpora.class_texts`: dataset, kind, class list, templates or the generated file's sha256).
 #
 # | kind | the paper (A.2) | small config |
 # |---|---|---|
@@ -234,7 +235,7 @@ if "fashion-mnist" in benches:
 #
 # * **7 templates, not 80.** Encoding 80 templates for 448 concepts with each decoder at about 100 texts per
 #   second would take about 12 minutes of the run's first pass; the 7 are the subset OpenAI selected as
-#   doing about as well as all 80 (`lib.data.templates.IMAGENET_TEMPLATES_7`). The full config uses all 80.
+#   doing about as well as all 80 (`corpora.templates.IMAGENET_TEMPLATES_7`). The full config uses all 80.
 # * **One description per class.** Generating one description for the 448 concepts took
 #   {glue:md}`description_seconds` (the file records it); several per class would multiply that
 #   (`python -m tools.generate_class_texts --per-class N` generates them, with the recorded prompt variants
@@ -289,10 +290,10 @@ with pd.option_context("display.max_colwidth", 200):
 # %% [markdown]
 # ## Features, from the store
 #
-# `lib.chapters.viterb.feature_plan` lists every feature the chapter reads: each vision model on the images
+# `chapters.viterb.feature_plan` lists every feature the chapter reads: each vision model on the images
 # of every dataset (the emoji rows are selected from the ShareLock chapter's `emoji-train/val/unseen`
 # entries), and each language model on every text of every dataset and kind, keyed by model, pooling, layer,
-# the named source and the texts. `python -m lib.precompute --chapter viterb` runs the same plan.
+# the named source and the texts. `python -m provision.precompute --chapter viterb` runs the same plan.
 
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
@@ -314,7 +315,7 @@ print(found.summary())
 # image: a class with 7 templates or 5 sentences weighs no more than a class with one text, and every text
 # type trains with the same batches and negatives. The validation pairs use one fixed draw per image.
 #
-# **Scoring** (`lib.chapters.viterb.unseen_score`): an image's score for an unseen class is the mean, over
+# **Scoring** (`chapters.viterb.unseen_score`): an image's score for an unseen class is the mean, over
 # that class's texts, of the cosine between the image and the head's embedding of the text; the image goes
 # to the highest-scoring unseen class; the score is the mean per-class accuracy. With $\mathcal{T}_c$ the texts of
 # unseen class $c$, $f$ the frozen image feature and $g$ the head on the frozen text feature,
@@ -457,7 +458,7 @@ if runs.where(study="bare name").rows:
 # encoders; here the question is only whether more image–text pairs close, open or flip the gap at this scale.
 
 # %%
-curve = viterb_medium.data_size_curve(cfg, benches, feats, runs) if cfg.curve_fractions and not quick else None
+curve = viterb.data_size_curve(cfg, benches, feats, runs) if cfg.curve_fractions and not quick else None
 if curve is not None:
     points = curve.frame()
     fig, axis = plt.subplots(figsize=(7.5, 3.6))
@@ -675,7 +676,7 @@ if "emoji" in benches:  # small and medium (the full config has the paper's four
 # * **datasets**: AWA2, CUB, FGVC-Aircraft and ImageNet+ by manifest (`data_manifests/awa2.yaml`, `cub.yaml`,
 #   `fgvc-aircraft.yaml`, `imagenet-plus.yaml`). The class splits are there as data; the images are not,
 #   and a missing dataset stops the run with a message saying where to get it. The loaders
-#   (`lib.data.full_sets`) read each dataset in its released layout and are tested on tiny synthetic copies
+#   (`corpora.full_sets`) read each dataset in its released layout and are tested on tiny synthetic copies
 #   (`tests/test_viterb_full.py`); they have not run on the real data here.
 # * **texts**: the 80 CLIP templates; descriptions and articles generated for these datasets with
 #   Llama-3-8B-Instruct (`python -m tools.generate_class_texts --dataset awa2 --kind all --per-class 5
@@ -686,13 +687,13 @@ if "emoji" in benches:  # small and medium (the full config has the paper's four
 # %% [markdown]
 # ## What to try next
 #
-# * `lib.chapters.viterb.train_and_score` trains `lib.methods.sharelock.ShareLock(kind="mlp")`; with a
+# * `chapters.viterb.train_and_score` trains `lib.methods.sharelock.ShareLock(kind="mlp")`; with a
 #   linear head (`lib.nn.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
 # * `lib.core.capability.capability`: add a language model of your own to `text:` in
 #   `notebooks/configs/viterb.yaml` and see where it lands on the capability plot.
-# * `lib.data.class_texts.generate_texts` (through `tools/generate_class_texts.py --per-class 5`): several
+# * `corpora.class_texts.generate_texts` (through `tools/generate_class_texts.py --per-class 5`): several
 #   descriptions per class, as the paper generates them, and whether "richer text helps" once there are more.
-# * `lib.data.class_splits.seeded_class_split`: draw other seen/unseen splits of Fashion-MNIST and see how
+# * `corpora.class_splits.seeded_class_split`: draw other seen/unseen splits of Fashion-MNIST and see how
 #   much the score moves with the split alone.
 # * The ShareLock chapter (`lib.methods.sharelock.ShareLock`) trains the same head on captions instead of
 #   class texts; the FLAME chapter reads the same decoders through prompts.

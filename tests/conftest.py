@@ -1,7 +1,7 @@
 """Shared fixtures: the real offline models (loaded once per session), the emoji corpus, temp manifests.
 
 The hub is off for every test (``HF_HUB_OFFLINE=1``): the small config's models are the
-converted ``offline/*`` folders under ``.cache/models`` that :func:`lib.core.models.ensure_offline_model`
+converted ``offline/*`` folders under ``.cache/models`` that :func:`provision.offline_models.ensure_offline_model`
 builds on first use.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def vision_encoder(request):
 
 @pytest.fixture(scope="session")
 def emoji_concepts():
-    from lib.data import emoji
+    from corpora import emoji
 
     return emoji.load_concepts()
 
@@ -109,7 +109,7 @@ def emoji_images(emoji_concepts):
 @pytest.fixture
 def manifest_dir(tmp_path, monkeypatch):
     """A temporary ``data_manifests/``: returns ``write(name, dict) -> Path`` for new manifests."""
-    from lib.data import manifests
+    from corpora import manifests
 
     folder = tmp_path / "manifests"
     folder.mkdir()

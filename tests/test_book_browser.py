@@ -437,7 +437,7 @@ def test_no_link_points_at_the_placeholder_repository(survey):
 # Figures must be legible where the book shows them. A label of F pt in a PNG saved at `dpi` is
 # F * dpi / 72 image pixels tall; the page shows the image scaled by rendered / natural width, so the
 # label is F * (dpi / 72) * (rendered / natural) CSS px tall on screen. The book's figure style
-# (lib/core/notebook.py) sets no text smaller than 9 pt, and 9 CSS px is the smallest legible screen
+# (chapters/notebook.py) sets no text smaller than 9 pt, and 9 CSS px is the smallest legible screen
 # text we accept, so every figure must be shown at >= 1 CSS px per point:
 #     rendered_width >= natural_width * 72 / dpi      (i.e. at >= 75 % of its physical size)
 # dpi is read from the PNG (matplotlib records savefig's dpi in its pHYs chunk). Only matplotlib

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from lib.core import config
-from lib.chapters.sharelock import Config as ShareLockConfig
+from chapters.sharelock import Config as ShareLockConfig
 from lib.core.config import ConfigError, HeadConfig, TextModelConfig, TrainSettings, build, load, parameter_overrides
 
 RAW = yaml.safe_load((config.CONFIG_DIR / "sharelock.yaml").read_text())

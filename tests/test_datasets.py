@@ -1,4 +1,4 @@
-"""Tests of lib.data.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
+"""Tests of corpora.datasets: the small config's emoji/Fashion-MNIST sets and the full config's
 local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from lib.data import datasets, emoji, manifests
-from lib.data.datasets import BadImageError, folder_labelled, jsonl_pairs, open_image
-from lib.data.manifests import DatasetMissingError
+from corpora import datasets, emoji, manifests
+from corpora.datasets import BadImageError, folder_labelled, jsonl_pairs, open_image
+from corpora.manifests import DatasetMissingError
 
 OBTAIN = "Download toy.zip from https://example.org/toy and unzip it."
 
@@ -188,7 +188,7 @@ def test_folder_labelled_reads_classes_in_manifest_order(manifest_dir, class_fol
     capped = folder_labelled("toy-classes", per_class=1)
     assert capped.labels == (0, 1) and capped.ids == (expected[0][0], expected[3][0])
     # data.prompts reaches the folder sets too: the 80 templates by default, the bare name when asked.
-    from lib.data.templates import IMAGENET_TEMPLATES, NAME_ONLY
+    from corpora.templates import IMAGENET_TEMPLATES, NAME_ONLY
 
     assert labelled.templates == tuple(IMAGENET_TEMPLATES) and len(labelled.templates) == 80
     assert folder_labelled("toy-classes", prompts="name").templates == tuple(NAME_ONLY)
@@ -273,7 +273,7 @@ def test_files_are_read_as_utf8_under_a_non_utf8_locale(manifest_dir, pair_folde
     lines = [json.dumps({**r, "caption": r["caption"] + " \u00e9t\u00e9 \u2615"}, ensure_ascii=False) for r in rows]
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     script = (
-        "import locale; from lib.data import manifests, emoji; from lib.data.datasets import jsonl_pairs\n"
+        "import locale; from lib.data import manifests, emoji; from corpora.datasets import jsonl_pairs\n"
         "assert locale.getpreferredencoding(False).lower() in ('ansi_x3.4-1968', 'ascii', 'us-ascii'), "
         "locale.getpreferredencoding(False)\n"
         "assert any(c.names.get('ja') for c in emoji.load_concepts())\n"
@@ -291,7 +291,7 @@ def test_files_are_read_as_utf8_under_a_non_utf8_locale(manifest_dir, pair_folde
 def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_path):
     """The emoji corpus is unpacked into a temporary assets folder, then damaged in two ways."""
     from lib.core import paths
-    from lib.data import emoji
+    from corpora import emoji
 
     monkeypatch.setattr(emoji, "assets_dir", lambda: tmp_path)
     emoji.load_concepts.cache_clear()
@@ -303,10 +303,10 @@ def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_pat
         picture.write_bytes(picture.read_bytes()[: 40])  # truncated PNG
         emoji._checked.clear()
         with pytest.raises(DatasetMissingError, match=r"has \d+ bytes, not \d+: the unpacked emoji corpus is "
-                                                      r"damaged; run `python -m lib.data.emoji --re-extract`"):
+                                                      r"damaged; run `python -m corpora.emoji --re-extract`"):
             emoji.corpus_dir()
         with pytest.raises(BadImageError,
-                           match=r"is not a readable image .*run `python -m lib.data.emoji --re-extract`"):
+                           match=r"is not a readable image .*run `python -m corpora.emoji --re-extract`"):
             concept.image("google")
         emoji.re_extract()
         assert concept.image("google").size == (64, 64)

@@ -3,7 +3,7 @@
 Everything here runs for real on 2 CPU processes (gloo), launched as a user would launch them,
 ``python -m torch.distributed.run --nproc_per_node 2`` on a free port (``--rdzv-endpoint localhost:0``):
 
-* ``lib.precompute`` on 2 ranks writes a store that is **bit-identical** (every file's sha256, the
+* ``provision.precompute`` on 2 ranks writes a store that is **bit-identical** (every file's sha256, the
   manifest's shard checksums) to a single-process run of the same command, each rank computing its
   own shards (r, r+W, ...), and the notebook's own ``lib.core.features`` call then finds the entry cached;
 * ``lib.nn.losses.ClipLoss`` on each rank's slice, gathered across ranks, gives the single-process loss
@@ -55,7 +55,7 @@ def _precompute(store: Path, nproc: int | None) -> tuple[list[str], dict]:
     """Run the command; return rank 0's summary lines and its JSON report."""
     only = [arg for pattern in ENTRIES for arg in ("--only", pattern)]
     report = store.with_suffix(".json")
-    done = _run(["-m", "lib.precompute", "--chapter", "sharelock", "--config", "small", "--limit", str(LIMIT),
+    done = _run(["-m", "provision.precompute", "--chapter", "sharelock", "--config", "small", "--limit", str(LIMIT),
                  "--shard-rows", str(SHARD_ROWS), "--store", str(store), "--report", str(report), *only], nproc)
     return [line for line in done.stdout.splitlines() if line.startswith("sharelock ")], json.loads(report.read_text())
 
@@ -109,7 +109,7 @@ def test_each_rank_computes_its_own_shards_and_rank_0_reports_every_entry(stores
 def test_a_rank_computes_only_its_shards_and_leaves_the_entry_open(tmp_path):
     """Rank 1 of 2 alone (in this process): shards 1 and 3 only, no manifest until rank 0 has run. (Two
     ranks running together cannot show this: the store's shard locks would split the work anyway.)"""
-    from lib import precompute
+    from provision import precompute
     from lib.core.features import materialise
     from lib.core.store import FeatureStore
 
@@ -125,8 +125,8 @@ def test_a_rank_computes_only_its_shards_and_leaves_the_entry_open(tmp_path):
 
 @pytest.mark.slow  # real models (MiniLM, EfficientNet-Lite0); runs in CI all the same
 def test_the_notebooks_plan_finds_the_precomputed_entries(stores):
-    """notebooks/sharelock.py materialises lib.chapters.sharelock.feature_plan: after the precompute, a pure hit."""
-    from lib import chapters
+    """notebooks/sharelock.py materialises chapters.sharelock.feature_plan: after the precompute, a pure hit."""
+    import chapters
     from lib.core.features import materialise
     from lib.core.store import FeatureStore
 
@@ -141,14 +141,14 @@ def test_the_notebooks_plan_finds_the_precomputed_entries(stores):
 def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_path):
     """A token-sequence entry (FDT's caption tokens: 8 captions, 48 tokens, 12 per shard, so items straddle
     shards) on 2 ranks and in one process (in this process: no second launch), then the chapter's plan."""
-    from lib import precompute
+    from provision import precompute
     from lib.core.features import materialise
     from lib.core.store import FeatureStore
 
     only = "text-tokens:*:emoji-train-google"
 
     def command(name: str) -> list[str]:
-        return ["-m", "lib.precompute", "--chapter", "fdt", "--limit", "8", "--shard-rows", "12",
+        return ["-m", "provision.precompute", "--chapter", "fdt", "--limit", "8", "--shard-rows", "12",
                 "--only", only, "--store", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
 
     _run(command("two"), nproc=2)
@@ -165,18 +165,18 @@ def test_two_ranks_write_fdt_token_sequences_bit_identical_to_one_process(tmp_pa
 
 @pytest.mark.parametrize("argv, expected", [
     (["--chapter", "sharelok"],
-     "unknown chapter 'sharelok' (did you mean 'sharelock'?): lib.precompute knows sharelock,"),
+     "unknown chapter 'sharelok' (did you mean 'sharelock'?): provision.precompute knows sharelock,"),
     (["--chapter", "sharelock", "--config", "huge"], "'huge' is not allowed; expected one of small,"),
     (["--chapter", "sharelock", "--only", "text:nothing*"], "--only text:nothing* matches none of the"),
     (["--chapter", "sharelock", "--limit", "0"], "--limit 0: expected a positive number"),
 ])
 def test_precompute_refuses_bad_arguments_with_one_line(argv, expected):
-    from lib import precompute
+    from provision import precompute
 
     with pytest.raises(SystemExit) as exit_info:
         precompute.main(argv)
     message = str(exit_info.value.code)
-    assert message.startswith("lib.precompute: ") and expected in message and "\n" not in message
+    assert message.startswith("provision.precompute: ") and expected in message and "\n" not in message
 
 
 # --------------------------------------------------------------------------- DDP training

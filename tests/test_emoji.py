@@ -1,4 +1,4 @@
-"""Tests of lib.data.emoji: the emoji corpus and its leak-free family splits."""
+"""Tests of corpora.emoji: the emoji corpus and its leak-free family splits."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from collections import Counter, defaultdict
 import pytest
 from PIL import Image
 
-from lib.data import emoji
-from lib.data.emoji import Concept, caption, family_key, make_splits
+from corpora import emoji
+from corpora.emoji import Concept, caption, family_key, make_splits
 
 
 @pytest.fixture(scope="module")

@@ -209,7 +209,7 @@ def test_preprocessing_is_deterministic_eval_mode(vision_encoder, emoji_images):
 
 
 def test_vision_preprocessing_follows_the_config(efficientnet, dinov2):
-    from lib.core.offline_vision import EFFICIENTNET_LITE0_CFG_OVERLAY
+    from provision.offline_vision import EFFICIENTNET_LITE0_CFG_OVERLAY
 
     assert efficientnet.data_config["input_size"] == (3, 128, 128)
     assert efficientnet.data_config["crop_pct"] == 1.0

@@ -1,4 +1,4 @@
-"""Tests of lib.core.evaluate (CLIP_benchmark conventions) and lib.data.templates."""
+"""Tests of lib.core.evaluate (CLIP_benchmark conventions) and corpora.templates."""
 import lib  # noqa: F401  (must precede open_clip)
 
 import pytest
@@ -14,7 +14,7 @@ from lib.core.evaluate import (
     retrieval_metrics,
     zero_shot_classifier,
 )
-from lib.data.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, PHOTO_TEMPLATES
+from corpora.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, PHOTO_TEMPLATES
 
 # --------------------------------------------------------------------------- templates
 

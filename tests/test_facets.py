@@ -73,7 +73,7 @@ def test_decoupled_inputs_layout_mask_and_positions():
 
 @pytest.mark.parametrize("key", list(MODELS))
 def test_prefix_plus_suffix_tokens_equal_the_whole_prompts_tokens(encoders, key):
-    from lib.data import emoji
+    from corpora import emoji
 
     encoder = encoders[key]
     captions = CAPTIONS + [emoji.caption(c, "long") for c in emoji.load_concepts()[::150]]

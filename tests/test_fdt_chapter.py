@@ -1,4 +1,4 @@
-"""The FDT chapter: lib.chapters.fdt (config, feature plan, helpers, claims, the diagram) and notebooks/fdt.py in
+"""The FDT chapter: chapters.fdt (config, feature plan, helpers, claims, the diagram) and notebooks/fdt.py in
 the small config, through its metrics (this session's nbval run with every seed or, when this file runs on its
 own, a quick papermill run: the first seed, every variant once), checked against properties that must hold.
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import chapter_metrics
 
-from lib.chapters import fdt, fdt_figures
+from chapters import fdt
 from lib.core.config import ConfigError
 from lib.core.results import SCHEMA, VERDICTS, Runs
 
@@ -173,7 +173,7 @@ def test_feature_plan_is_exactly_what_the_chapter_reads():
 
 
 def test_precompute_lists_the_notebooks_entries(capsys):
-    from lib import precompute
+    from provision import precompute
 
     cfg = fdt.load_config("small")
     assert precompute.main(["--chapter", "fdt", "--list"]) == 0
@@ -278,7 +278,7 @@ def test_method_diagram_reads_the_heads_shapes(tmp_path):
     images, texts = _toy_sequences(tmp_path / "i", lengths=[9] * 6), _toy_sequences(tmp_path / "t", seed=3)
     torch.manual_seed(0)
     head = fdt.build_fdt(fdt.FDTHeadConfig(num_codes=32, code_dim=8, temperature=2.0), 12, 12)
-    fig = fdt_figures.method_diagram(head, images, texts, item=1)
+    fig = fdt.method_diagram(head, images, texts, item=1)
     text = "\n".join(t.get_text() for t in fig.axes[0].texts)
     active = int(head.codes("image", *images.batch([1])).active()[0])
     for expected in ("shared codebook C\n32 × 8", "9 patches\n× 12", "queries 9 × 8", "9 × 32 logits",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from test_medium_data import _need_medium
 
-from lib.chapters import fdt, fdt_medium
+from chapters import fdt
 from lib.core.results import Runs
 
 
@@ -33,7 +33,7 @@ def test_stuck_runs_count_a_run_in_two_groups_once():
     runs = _runs([{"head": "FDT", "seed": 0, "best_step": 50}, {"head": "pooled", "seed": 0, "best_step": 300}])
     curve = _runs([{"head": "FDT", "seed": 0, "best_step": 50}, {"head": "FDT", "seed": 0, "best_step": 50,
                                                                   "train_pairs": 100}])
-    assert [(r["head"], r["train_pairs"]) for r in fdt_medium.stuck_runs(runs, curve)] == [("FDT", 1000), ("FDT", 100)]
+    assert [(r["head"], r["train_pairs"]) for r in fdt.stuck_runs(runs, curve)] == [("FDT", 1000), ("FDT", 100)]
 
 
 def test_a_claim_not_reproduced_gets_the_curve_as_diagnosis():
@@ -43,7 +43,7 @@ def test_a_claim_not_reproduced_gets_the_curve_as_diagnosis():
     curve = _runs(rows)
     runs = curve.where(train_pairs=1000)
     claims = fdt.claims(fdt.load_config("small"), _FakeBench(), runs)
-    diagnosed = {c.id: c for c in fdt_medium.diagnose(claims, runs, curve, metric)}
+    diagnosed = {c.id: c for c in fdt.diagnose(claims, runs, curve, metric)}
     assert diagnosed["fdt_beats_pooled"].verdict == "not reproduced"
     assert diagnosed["fdt_beats_pooled"].diagnosis.startswith("FDT − pooled in points, by training pairs: 100: -6.0")
 

@@ -1,4 +1,4 @@
-"""The FLAME chapter (``lib.chapters.flame``): its configs, its feature plan, the paper's one-prompt rule for short
+"""The FLAME chapter (``chapters.flame``): its configs, its feature plan, the paper's one-prompt rule for short
 texts, and the small config's metrics (this session's nbval run, or a quick papermill run of the notebook).
 """
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import chapter_metrics
 
-from lib.chapters import flame
+from chapters import flame
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_flame_small_config_metrics(flame_run):
 
 def test_flame_configs_load_and_refuse_bad_values():
     from lib.core.config import ConfigError
-    from lib.data import manifests
+    from corpora import manifests
 
     small, full = flame.load_config("small"), flame.load_config("full")
     assert small.text.name == small.baselines[0].name  # the ShareLock baseline reads the same LLM
@@ -156,7 +156,7 @@ def test_facet_similarity_removes_the_shared_direction():
 
 
 def test_locale_labels_are_in_split_order_and_in_the_asked_language():
-    from lib.data import emoji
+    from corpora import emoji
 
     english = emoji.locale_labels("unseen", "en", 5)
     assert english == [c.label for c in emoji.split_concepts("unseen")[:5]]

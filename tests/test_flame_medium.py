@@ -9,18 +9,18 @@ from __future__ import annotations
 import pytest
 from test_medium_data import _need_medium
 
-from lib.chapters import flame, flame_medium
+from chapters import flame
 from lib.core.config import ConfigError
 from lib.core.results import Runs
 
 
 def test_medium_config_validates_and_reads_sharelocks_image_entries():
     cfg = flame.load_config("medium")
-    assert isinstance(cfg, flame_medium.MediumConfig) and cfg.data.corpus == "medium" and cfg.data.captions == "long"
+    assert isinstance(cfg, flame.MediumConfig) and cfg.data.corpus == "medium" and cfg.data.captions == "long"
     assert len(cfg.seeds) >= 3 and len(cfg.curve_sizes) >= 4 and max(cfg.curve_sizes) == cfg.train_pairs
     assert cfg.train.patience and cfg.train.eval_every  # one early-stopping rule for every method
     assert any(loc in cfg.tux_locales for loc in ("ja", "ru"))  # a non-Latin script
-    from lib.chapters import sharelock
+    from chapters import sharelock
 
     assert (cfg.vision == sharelock.load_config("medium").vision[0]
             and cfg.store == sharelock.load_config("medium").store)
@@ -38,15 +38,15 @@ def test_stuck_runs_and_curve_frame_follow_their_definitions():
                   "zero-shot/acc1": a})
         runs.add({"method": "scratch", "facets": None, "loss": None, "seed": seed, "train_pairs": 100,
                   "best_step": cfg.train.eval_every if seed == 0 else 75, "zero-shot/acc1": b})
-    assert [(r["method"], r["seed"]) for r in flame_medium.stuck_runs(runs, cfg)] == [("scratch", 0)]
-    frame = flame_medium.curve_frame(runs, "zero-shot/acc1")
+    assert [(r["method"], r["seed"]) for r in flame.stuck_runs(runs, cfg)] == [("scratch", 0)]
+    frame = flame.curve_frame(runs, "zero-shot/acc1")
     assert frame.loc[0, "outcome"] == "FLAME ahead" and frame.loc[0, "FLAME − scratch (points)"] == 20.0
-    assert flame_medium.curve_trend(runs, "zero-shot/acc1") == ""  # one size: no trend to tell
+    assert flame.curve_trend(runs, "zero-shot/acc1") == ""  # one size: no trend to tell
     for seed in range(3):
         runs.add({"method": "flame", "seed": seed, "train_pairs": 200, "best_step": 50,
                   "zero-shot/acc1": 0.3 + seed / 100})
         runs.add({"method": "scratch", "seed": seed, "train_pairs": 200, "best_step": 50, "zero-shot/acc1": 0.3})
-    assert flame_medium.curve_trend(runs, "zero-shot/acc1") == (
+    assert flame.curve_trend(runs, "zero-shot/acc1") == (
         "FLAME − scratch in points, by training pairs: 100: +20.0 (FLAME ahead); 200: +1.0")
 
 
@@ -54,14 +54,14 @@ def test_subsets_are_fixed_and_the_multilingual_set_has_a_sentence_per_class():
     _need_medium()
     cfg = flame.load_config("medium")
     bench = flame.benchmark(cfg)
-    a, b = flame_medium.subsets(cfg, bench), flame_medium.subsets(cfg, bench)
+    a, b = flame.subsets(cfg, bench), flame.subsets(cfg, bench)
     assert all(a[r].equal(b[r]) and len(set(a[r].tolist())) == len(a[r]) for r in a)
     assert len(a["train"]) == cfg.train_pairs
-    images, sentences = flame_medium.tux_multilingual(cfg)
+    images, sentences = flame.tux_multilingual(cfg)
     assert set(sentences) == set(cfg.tux_locales)
     assert all(len(s) == len(images.classnames) for s in sentences.values())
     assert sentences["en"] != sentences["ja"]
-    texts = flame_medium.text_sets(cfg, bench)
+    texts = flame.text_sets(cfg, bench)
     assert (len(texts["train"][0]) == cfg.train_pairs
             and len(texts["zero-shot"][0]) == len(bench.zero_shot[0].classnames))
     assert not set(bench.train.concepts) & set(bench.retrieval.concepts)  # concept-level split

@@ -1,4 +1,4 @@
-"""Tests of lib.data.manifests: checksums, missing-file messages, locations."""
+"""Tests of corpora.manifests: checksums, missing-file messages, locations."""
 from __future__ import annotations
 
 import hashlib
@@ -7,8 +7,8 @@ import shutil
 import pytest
 import yaml
 
-from lib.data import manifests
-from lib.data.manifests import DatasetMissingError, dataset_file, location, manifest_hash
+from corpora import manifests
+from corpora.manifests import DatasetMissingError, dataset_file, location, manifest_hash
 
 EMOJI_FILE = "emojibase-data-17.0.0.tgz"  # the smallest emoji tarball (~7 MB)
 

@@ -1,4 +1,4 @@
-"""The medium corpus (lib.data.openclipart, tuxpaint, vector_icons, svg, medium): splits, captions, caches.
+"""The medium corpus (corpora.openclipart, tuxpaint, vector_icons, svg, medium): splits, captions, caches.
 
 CI does not install the medium data (Debian openclipart and Tux Paint packages, three npm tarballs); every
 test that needs them skips with the command that installs them. With them installed (``make
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.data import manifests
+from corpora import manifests
 
 SETUP = "make setup-medium"
 
@@ -57,7 +57,7 @@ def _roundtrip(obj) -> dict:
 def test_openclipart_titles_are_cleaned(title, file, shared, expected):
     if not Path("/usr/share/wordnet/data.noun").is_file():
         pytest.skip("WordNet (Debian wordnet-base) is not installed: run `make setup`")
-    from lib.data.openclipart import clean_title
+    from corpora.openclipart import clean_title
 
     assert clean_title(title, file, shared)[0] == expected
 
@@ -65,8 +65,8 @@ def test_openclipart_titles_are_cleaned(title, file, shared, expected):
 def test_family_key_is_the_head_noun():
     if not Path("/usr/share/wordnet/data.noun").is_file():
         pytest.skip("WordNet (Debian wordnet-base) is not installed: run `make setup`")
-    from lib.data.medium import family
-    from lib.data.openclipart import family_key
+    from corpora.medium import family
+    from corpora.openclipart import family_key
 
     assert family_key("red apples") == family_key("apple") == "apple"
     assert family("woman cook") == family("man cook") == "cook"
@@ -77,7 +77,7 @@ def test_family_key_is_the_head_noun():
 @pytest.fixture(scope="module")
 def clipart():
     _need_medium()
-    from lib.data import openclipart
+    from corpora import openclipart
 
     return openclipart
 
@@ -130,7 +130,7 @@ def test_openclipart_decompression_bomb_is_skipped_and_listed(clipart):
 
 def test_rendered_svgs_are_cached_and_never_rendered_again(monkeypatch):
     _need_medium()
-    from lib.data import svg, tuxpaint, vector_icons
+    from corpora import svg, tuxpaint, vector_icons
 
     for name, (_, styles) in vector_icons.SOURCES.items():
         for style in styles:
@@ -151,7 +151,7 @@ def test_rendered_svgs_are_cached_and_never_rendered_again(monkeypatch):
 
 def test_tuxpaint_is_photo_like_and_multilingual():
     _need_medium()
-    from lib.data import tuxpaint
+    from corpora import tuxpaint
 
     photos = tuxpaint.items("photo")
     assert 250 <= len(photos) <= 450 and all(i["kind"] == "png" and i["flatness"] < tuxpaint.PHOTO_FLATNESS
@@ -167,7 +167,7 @@ def test_tuxpaint_is_photo_like_and_multilingual():
 @pytest.fixture(scope="module")
 def medium():
     _need_medium()
-    from lib.data import medium
+    from corpora import medium
 
     return medium
 
@@ -213,9 +213,9 @@ def test_medium_corpus_shapes_and_stable_sources(medium):
 
 
 def test_sharelock_medium_config_builds_a_disjoint_benchmark_and_one_plan(medium):
-    """`-p config medium` of the ShareLock chapter: the validated config, the benchmark lib.data.benchmarks builds
+    """`-p config medium` of the ShareLock chapter: the validated config, the benchmark corpora.benchmarks builds
     for `corpus: medium`, and one feature plan without name clashes (nothing is computed here)."""
-    from lib.chapters import sharelock
+    from chapters import sharelock
 
     cfg = sharelock.load_config("medium")
     assert cfg.data.corpus == "medium" and len(cfg.text) == 6

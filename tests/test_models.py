@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from lib.core import models
-from lib.core.models import OFFLINE_MODELS, ModelNotFoundError, resolve
+from provision import offline_models
+from lib.core.models import ModelNotFoundError, resolve
+from provision.offline_models import OFFLINE_MODELS
 
 
 def _sha(path: Path) -> str:
@@ -40,7 +42,7 @@ def test_wrong_library_is_a_value_error(name, wrong):
 
 
 def test_the_registry_covers_the_small_config():
-    from lib.chapters import sharelock
+    from chapters import sharelock
 
     small = sharelock.load_config("small")
     for m in small.vision:
@@ -53,7 +55,7 @@ def test_the_registry_covers_the_small_config():
 def test_offline_models_resolve_to_a_loadable_path_with_a_stable_identity(name):
     from importlib import metadata
 
-    from lib.core import model_wheels
+    from provision import model_wheels
 
     model = OFFLINE_MODELS[name]
     if name in model_wheels.medium_models():
@@ -68,11 +70,11 @@ def test_offline_models_resolve_to_a_loadable_path_with_a_stable_identity(name):
     assert resolved.identity["name"] == name and len(resolved.identity["sha256"]) == 64
     assert set(resolved.identity["packages"]) == set(model.packages)
     path = Path(resolved.load_path)
-    folder, facts = models.ensure_offline_model(name)
+    folder, facts = offline_models.ensure_offline_model(name)
     assert facts["source_sha256"] == resolved.identity["sha256"]
     assert json.loads((folder / "source.json").read_text()) == facts
     if model.library == "timm":
-        from lib.core.offline_vision import EFFICIENTNET_LITE0_ARCH
+        from provision.offline_vision import EFFICIENTNET_LITE0_ARCH
 
         assert path.is_file() and path.suffix == ".safetensors"
         assert resolved.timm_architecture == EFFICIENTNET_LITE0_ARCH
@@ -223,8 +225,8 @@ def _fake_offline(monkeypatch, builds):
         (dest / "config.json").write_text('{"hidden_size": 4}')
         return {"source_file": "model.safetensors", "source_sha256": "0" * 64}
 
-    fake = models.OfflineModel("offline/fake-model", "text", "transformers", (), "MIT", "a test model", build)
-    monkeypatch.setitem(models.OFFLINE_MODELS, fake.name, fake)
+    fake = offline_models.OfflineModel("offline/fake-model", "text", "transformers", (), "MIT", "a test model", build)
+    monkeypatch.setitem(offline_models.OFFLINE_MODELS, fake.name, fake)
     return fake.name
 
 
@@ -276,4 +278,4 @@ def test_a_missing_gguf_prerequisite_is_one_actionable_error(tmp_path, monkeypat
 
     monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda: False)
     with pytest.raises(ModelNotFoundError, match=r"needs the packages `accelerate` and `gguf`.*make setup"):
-        models._convert_gguf(tmp_path / "model.gguf", tmp_path / "out")
+        offline_models.convert_gguf(tmp_path / "model.gguf", tmp_path / "out")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import lib  # noqa: F401  (torchvision fix before timm)
-from lib.core import offline_vision as ov
+from provision import offline_vision as ov
 
 pytestmark = pytest.mark.slow  # loads real pretrained models (seconds)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.chapters import NAMES
+from chapters import NAMES
 
 from tools.run_notebooks import shown_configs
 

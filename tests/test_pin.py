@@ -1,5 +1,5 @@
-"""``python -m lib.pin``: every hub model of a full config pinned to a commit, comments and layout kept, checked by
-loading the section again; nothing written when a commit is unknown."""
+"""``python -m provision.pin``: every hub model of a full config pinned to a commit, comments and layout kept, checked
+by loading the section again; nothing written when a commit is unknown."""
 from __future__ import annotations
 
 import shutil
@@ -7,7 +7,8 @@ import shutil
 import pytest
 import yaml
 
-from lib import chapters, pin
+import chapters
+from provision import pin
 from lib.core import config as configs
 
 COMMIT = "c0ffee" + "0" * 34

@@ -1,7 +1,7 @@
-"""``lib.precompute``: a generic runner over each chapter's own feature plan (book/scale_out.md).
+"""``provision.precompute``: a generic runner over each chapter's own feature plan (book/scale_out.md).
 
-There is one code path: the notebook materialises ``lib.chapters.<name>.feature_plan(cfg, bench)`` and
-``python -m lib.precompute --chapter <name>`` runs the very same function (tests/test_layout.py checks that
+There is one code path: the notebook materialises ``chapters.<name>.feature_plan(cfg, bench)`` and
+``python -m provision.precompute --chapter <name>`` runs the very same function (tests/test_layout.py checks that
 every notebook calls it), so their store keys cannot differ. What is tested here: ``--list`` prints that
 plan's names and computes nothing, a run fills the store so that the notebook's plan is then a pure hit,
 and bad arguments stop with one line. The real 2-rank runs are in tests/test_distributed.py.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from lib import chapters, precompute
+import chapters
+from provision import precompute
 from lib.core import features
 from lib.core.store import FeatureStore
 
@@ -71,7 +72,8 @@ def test_a_row_limit_the_chapter_has_not_is_a_config_error():
     with pytest.raises(SystemExit) as exit_info:
         precompute.main(["--chapter", "viterb", "--limit", "8", "--list"])
     message = str(exit_info.value.code)
-    assert message.startswith("lib.precompute: viterb config 'small':") and "data" in message and "\n" not in message
+    assert message.startswith("provision.precompute: viterb config 'small':")
+    assert "data" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("flag", ["--limit", "--shard-rows"])
@@ -81,5 +83,6 @@ def test_a_non_positive_number_is_refused(flag):
 
 
 def test_an_unknown_chapter_names_the_closest_one():
-    with pytest.raises(SystemExit, match=r"unknown chapter 'fame' \(did you mean 'flame'\?\): lib.precompute knows"):
+    with pytest.raises(SystemExit,
+                       match=r"unknown chapter 'fame' \(did you mean 'flame'\?\): provision.precompute knows"):
         precompute.main(["--chapter", "fame", "--list"])

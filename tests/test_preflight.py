@@ -1,4 +1,4 @@
-"""``python -m lib.preflight``: a full run's needs checked in seconds, one line per problem, each with its fix.
+"""``python -m provision.preflight``: a full run's needs checked in seconds, one line per problem, each with its fix.
 
 Run as a user runs it (a subprocess, so that the Hugging Face cache and the hub switch are the process's own), against
 the rehearsal's stand-in cache (``tools/standins.py``: tiny models of the same classes under the real hub ids, the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import preflight
+from provision import preflight
 from tools import standins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def world(tmp_path_factory):
 
 def _preflight(world, tmp_path, *args, env=None):
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+    done = subprocess.run([sys.executable, "-m", "provision.preflight", "--chapter", "sharelock", "--config", "full",
                            "--store", str(tmp_path / "store"), *args], cwd=ROOT, env=env or world["env"],
                           capture_output=True, text=True, timeout=300)
     return done, time.time() - started
@@ -69,13 +69,13 @@ def test_every_problem_at_once_one_line_each(world, tmp_path):
     blocker.write_text("")  # a store under a file cannot be created, even by root (chmod would not stop root)
     overrides = ("{text: [{name: meta-llama/Meta-Llama-3-70B, pooling: last_token, layer: -1, max_length: 77, "
                  "dtype: float16}]}")
-    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+    done = subprocess.run([sys.executable, "-m", "provision.preflight", "--chapter", "sharelock", "--config", "full",
                            "--overrides", overrides, "--store", str(blocker / "store")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     problems = [line.removeprefix("  problem: ") for line in done.stdout.splitlines() if line.startswith("  problem: ")]
     expected = [
-        f"dataset imagenet-1k: {tmp_path / 'imagenet-never-prepared'} does not exist: python -m lib.data.prepare "
+        f"dataset imagenet-1k: {tmp_path / 'imagenet-never-prepared'} does not exist: python -m provision.prepare "
         "imagenet-1k --from <the downloaded files>",
         "device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False): run on a GPU machine, or pass "
         "-p overrides '{device: cpu}' for a rehearsal",
@@ -98,7 +98,7 @@ def test_weights_missing_from_the_cache_and_an_unwritable_store(world, tmp_path)
     env = standins.rehearsal_env(world["root"], hf_cache=hf, data=world["data"], base=world["env"])
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    done = subprocess.run([sys.executable, "-m", "lib.preflight", "--chapter", "sharelock", "--config", "full",
+    done = subprocess.run([sys.executable, "-m", "provision.preflight", "--chapter", "sharelock", "--config", "full",
                            "--overrides", CPU, "--store", str(blocker / "store")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout
@@ -136,7 +136,7 @@ def test_require_raises_with_every_line(monkeypatch):
 
 
 def test_the_datasets_and_tokenizers_a_config_names():
-    from lib import chapters
+    import chapters
 
     cfg = chapters.get("viterb").load_config("full")
     assert preflight._datasets(cfg) == ["awa2", "cub", "fgvc-aircraft", "imagenet-plus"]

@@ -1,4 +1,4 @@
-"""``python -m lib.data.prepare``: each full dataset from its released files to the layout its loader reads.
+"""``python -m provision.prepare``: each full dataset from its released files to the layout its loader reads.
 
 The real downloads are not on these machines; ``tools/standins.py`` writes tiny synthetic copies in each release's
 layout (LLaVA's chat.json + images.zip, ILSVRC-2012's val tar + devkit with a meta.mat, AwA2-data.zip + xlsa17.zip,
@@ -6,7 +6,7 @@ CUB_200_2011.tgz, fgvc-aircraft-2013b.tar.gz, tars of per-synset tars for ImageN
 webdataset shards). Each test prepares from them and reads the result with the chapter's own loader. Also: the
 held-out split is seeded and recorded, a stopped preparation leaves nothing under the final name and resumes, a
 wrong checksum and another version of a split are refused, ImageNet+'s capped extraction gives the loader exactly the
-benchmark a full extraction gives, and :func:`lib.data.prepare.check` (what the pre-flight runs) notices a changed
+benchmark a full extraction gives, and :func:`provision.prepare.check` (what the pre-flight runs) notices a changed
 index file, changed manifest settings and a dataset that is not there.
 """
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lib.data import datasets, full_sets, manifests, prepare, prepare_sets
-from lib.data.prepare import PrepareError
+from corpora import datasets, full_sets, manifests
+from provision import prepare, prepare_sets
+from provision.prepare import PrepareError
 from tools import standins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,9 +189,9 @@ def test_check_names_what_changed_and_the_command_that_fixes_it(downloads, tmp_p
     _prepare("cub", downloads, target)
     (target / "images.txt").write_text((target / "images.txt").read_text() + "\n")
     (problem,) = prepare.check("cub", target)
-    assert "images.txt changed since it was prepared" in problem and "python -m lib.data.prepare cub" in problem
+    assert "images.txt changed since it was prepared" in problem and "python -m provision.prepare cub" in problem
     missing = prepare.check("cub", tmp_path / "nowhere")
-    assert missing[0].startswith(f"dataset cub: {tmp_path / 'nowhere'} does not exist: python -m lib.data.prepare cub")
+    assert missing[0].startswith(f"dataset cub: {tmp_path / 'nowhere'} does not exist: python -m provision.prepare cub")
     plus = tmp_path / "imagenet-plus"
     _prepare("imagenet-plus", downloads, plus)
     shutil.rmtree(next((plus / "unseen").iterdir()))
@@ -212,7 +213,7 @@ def test_changed_manifest_settings_ask_for_a_new_preparation(downloads, tmp_path
 
 def test_command_line(downloads, tmp_path):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "lib.data.prepare", *args], cwd=ROOT, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "provision.prepare", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
 
     listed = cli("--list")

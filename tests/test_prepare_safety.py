@@ -1,4 +1,4 @@
-"""``python -m lib.data.prepare`` against a hostile or careless user: it never deletes a file it did not write, never
+"""``python -m provision.prepare`` against a hostile or careless user: it never deletes a file it did not write, never
 writes outside ``--to``, refuses archives that climb out of their tree or expand without bound, and never prepares an
 image that does not decode (so the advice "prepare again" cannot put a damaged file back)."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lib.data import archives, prepare
-from lib.data.archives import ArchiveError
-from lib.data.prepare import PrepareError
+from provision import archives, prepare
+from provision.archives import ArchiveError
+from provision.prepare import PrepareError
 from tools import standins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_a_folder_prepare_did_not_make_is_refused_and_untouched(downloads, tmp_p
     (target / "results").mkdir(parents=True)
     (target / "thesis.tex").write_text("my thesis")
     (target / "results" / "table.csv").write_text("1,2")
-    with pytest.raises(PrepareError, match=r"already holds files that lib.data.prepare did not write .* --replace"):
+    with pytest.raises(PrepareError, match=r"already holds files that provision.prepare did not write .* --replace"):
         _quiet("fgvc-aircraft", downloads["fgvc-aircraft"], target)
     assert (target / "thesis.tex").read_text() == "my thesis" and (target / "results" / "table.csv").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no staging folder was even started
@@ -194,7 +194,7 @@ def test_command_line_refusal_is_one_line(downloads, tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
     (target / "keep.txt").write_text("keep")
-    done = subprocess.run([sys.executable, "-m", "lib.data.prepare", "fgvc-aircraft", "--from",
+    done = subprocess.run([sys.executable, "-m", "provision.prepare", "fgvc-aircraft", "--from",
                            str(downloads["fgvc-aircraft"]), "--to", str(target), "--skip-checksums"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "--replace" in done.stderr and "\n" not in done.stderr.strip()

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from lib.core import config, store
-from lib.chapters.sharelock import Config as ShareLockConfig
+from chapters.sharelock import Config as ShareLockConfig
 from lib.core.config import ConfigError, build
 from lib.core.encoders import first_token_index, last_token_index, pool
 from lib.nn.losses import clip_loss

@@ -5,11 +5,12 @@ A full-config run needs gated 7-20B models, ~100 GB of images and a GPU, so its 
 itself. A rehearsal runs that path end to end with stand-ins of the same *shape* (``tools/standins.py``): tiny
 randomly initialised models of the same classes as the hub ids the config names, saved under those ids in a
 Hugging Face cache with the hub off; tiny synthetic copies of each dataset in its *released* layout, turned into the
-loaders' layout by ``python -m lib.data.prepare``. Each rehearsal then takes every step a GPU run takes:
+loaders' layout by ``python -m provision.prepare``. Each rehearsal then takes every step a GPU run takes:
 
-1. ``python -m lib.data.prepare <dataset> --from <released files>`` for each dataset (once per session);
-2. ``python -m lib.preflight --chapter X --config full --overrides ...`` (must say ok);
-3. ``python -m torch.distributed.run --nproc_per_node 2 -m lib.precompute --chapter X --config full --overrides ...``
+1. ``python -m provision.prepare <dataset> --from <released files>`` for each dataset (once per session);
+2. ``python -m provision.preflight --chapter X --config full --overrides ...`` (must say ok);
+3. ``python -m torch.distributed.run --nproc_per_node 2 -m provision.precompute --chapter X --config full
+   --overrides ...``
    (gloo, 2 CPU ranks; it runs the pre-flight again first);
 4. ``papermill notebooks/<chapter>.ipynb out.ipynb -p config full -p overrides ...``: the notebook's own pre-flight, the
    features (all from the store now: nothing is computed), training with bf16 autocast on the CPU (the full configs
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.chapters import NAMES
+from chapters import NAMES
 
 from tools import standins
 
@@ -111,7 +112,7 @@ def test_rehearsal_overrides_swap_float16_models_for_bfloat16_and_keep_everythin
 
     import yaml
 
-    load = importlib.import_module(f"lib.chapters.{chapter}").load_config
+    load = importlib.import_module(f"chapters.{chapter}").load_config
     plain = load("full")
     rehearsed = load("full", yaml.safe_load(standins.rehearsal_overrides(chapter, ROOT)))
     before, after = list(_model_entries(plain)), list(_model_entries(rehearsed))
@@ -151,7 +152,7 @@ BREAKS = {
     "renamed config key": (_rename_a_key, "pre-flight",
                            "config: full.train.batchsize: unknown field; allowed fields are"),
     "dataset never prepared": (_unprepare, "pre-flight",
-                               "dataset imagenet-1k: {missing} does not exist: python -m lib.data.prepare imagenet-1k "
+                               "dataset imagenet-1k: {missing} does not exist: python -m provision.prepare imagenet-1k "
                                "--from <the downloaded files>"),
     "dtype mismatch under bf16": (_bf16_only_bug, "the notebook (papermill)",
                                   "index_add_(): self (Float) and source (BFloat16) must have the same scalar type"),

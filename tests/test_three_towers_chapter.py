@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import chapter_metrics
 
-from lib.chapters import three_towers as ch
-from lib.chapters import three_towers_diagram
+from chapters import three_towers as ch
+from chapters.three_towers import figures as three_towers_figures
 from lib.core.config import ConfigError
 from lib.core.results import Runs
 
@@ -31,7 +31,7 @@ def test_config_small_loads_and_bad_values_are_named():
 
 
 def test_feature_plan_covers_every_image_set_and_is_what_precompute_lists(capsys):
-    from lib import precompute
+    from provision import precompute
 
     cfg = ch.load_config("small")
     bench = ch.benchmark(cfg)
@@ -133,10 +133,10 @@ def test_a_claim_not_reproduced_carries_the_curve_trend():
 
 
 def test_coverage_groups_are_disjoint_and_name_real_groups():
-    from lib.data import emoji
+    from corpora import emoji
 
     groups = {c.group for c in emoji.load_concepts()}
-    from lib.data.concept_groups import COVERED, NOT_COVERED
+    from corpora.concept_groups import COVERED, NOT_COVERED
 
     assert set(COVERED) <= groups and set(NOT_COVERED) <= groups
     assert not set(COVERED) & set(NOT_COVERED)
@@ -159,13 +159,13 @@ def test_diagram_is_drawn_from_the_built_model(variant, options, circles):
     method = tt.ThreeTowers(variant, third_dim=24, vocab_size=50, embed_dim=16, loss=LossConfig(0.07, True),
                             image_tower=tt.ImageTowerConfig(widths=(8,), image_size=16),
                             text_tower=tt.TextTowerConfig(tokenizer="unused", kind="bag", width=16), **options)
-    ax = three_towers_diagram.diagram(method, "offline/efficientnet-lite0")
+    ax = three_towers_figures.diagram(method, "offline/efficientnet-lite0")
     texts = " ".join(t.get_text() for t in ax.texts)
     assert sum(isinstance(p, Circle) for p in ax.patches) == circles  # one per loss term the method has
     assert method.formula() in ax.get_title()
     assert ("f_h = " in texts) == hasattr(method, "f_h") and ("f: image tower" in texts) == (variant != "lit")
     counts = method.parameter_counts()
-    assert f"trained · {three_towers_diagram._count(counts['g'][0])} params" in texts  # the numbers are the model's
+    assert f"trained · {three_towers_figures._count(counts['g'][0])} params" in texts  # the numbers are the model's
     if variant != "scratch":
         assert "frozen · cached features" in texts and "efficientnet-lite0" in texts
     plt.close("all")

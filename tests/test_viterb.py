@@ -13,11 +13,11 @@ import torch
 import yaml
 from conftest import chapter_metrics
 
-from lib.chapters import viterb
+from chapters import viterb
 from lib.core.checksums import file_sha256
 from lib.core.results import Runs
-from lib.data import class_splits, class_texts, full_sets, manifests, wordnet
-from lib.data.templates import IMAGENET_TEMPLATES
+from corpora import class_splits, class_texts, full_sets, manifests, wordnet
+from corpora.templates import IMAGENET_TEMPLATES
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ("awa2", "cub", "fgvc-aircraft", "imagenet-plus")
@@ -93,7 +93,7 @@ def test_no_unseen_image_is_used_in_training(dataset, small):
         for i, (source, row) in enumerate(bench.image_rows):
             assert bench.image_sources[source].ids[row].split("/")[0] == bench.class_keys[bench.image_labels[i]]
     else:
-        from lib.data import fashion_mnist
+        from corpora import fashion_mnist
 
         photos = fashion_mnist.load_test(cfg.fashion.test_per_class)
         assert [int(photos.labels[row]) for _, row in bench.image_rows] == list(bench.image_labels)
@@ -108,7 +108,7 @@ def test_no_unseen_image_is_used_in_training(dataset, small):
 
 def test_fashion_images_are_the_sharelock_chapters_entry(small):
     """100 photos per class: the same image source (ids and source) as the ShareLock chapter's zero-shot set."""
-    from lib.data.datasets import fashion_mnist_labelled
+    from corpora.datasets import fashion_mnist_labelled
 
     cfg, benches = small
     shared = fashion_mnist_labelled(100, prompts="name")

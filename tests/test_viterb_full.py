@@ -1,11 +1,11 @@
-"""ViTeRB full-config image loaders (lib.data.full_sets for awa2 / cub / fgvc-aircraft / imagenet-plus), run on
+"""ViTeRB full-config image loaders (corpora.full_sets for awa2 / cub / fgvc-aircraft / imagenet-plus), run on
 tiny synthetic copies of each dataset in its released layout, and ImageNet+'s reference texts (WordNet glosses).
 
 Why synthetic: the real datasets are tens of GB and not on these machines, so the loaders are exercised on
 local files. The copies use the real manifests (class lists, splits, layout, image settings), so the splits
 checked here are the ones a full run uses; only the pixels (8×8 images) and the FGVC-Aircraft family names (not
 shipped: read from the dataset's families.txt) are made up. The copies are found through the manifests'
-``<NAME>_DIR`` override (lib.data.manifests.location).
+``<NAME>_DIR`` override (corpora.manifests.location).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from lib.data import class_splits, class_texts, full_sets, manifests, wordnet
-from lib.data.manifests import DatasetMissingError
+from corpora import class_splits, class_texts, full_sets, manifests, wordnet
+from corpora.manifests import DatasetMissingError
 from lib.core.paths import REPO_ROOT
 
 CUB_SEEN = ["001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Albatross"]  # + the 50 unseen
@@ -221,7 +221,7 @@ def test_imagenet_plus_reference_texts_are_wordnet_glosses(imagenet_plus):
         assert found.texts[index] == f"{name}: {wordnet.synset_at(int(wnid[1:])).gloss}"
     tench = found.texts[bench.class_keys.index("n01440764")]
     assert tench.startswith(f"{bench.class_names[0]}: ") and "freshwater" in tench  # IN-1k class 0, the tench
-    assert "lib.data.class_texts" in manifests.load("imagenet-plus")["reference_text"]
+    assert "corpora.class_texts" in manifests.load("imagenet-plus")["reference_text"]
 
 
 def test_caps_and_val_fraction_come_from_the_manifest(awa2, manifest_dir):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from test_medium_data import _need_medium
 
-from lib.chapters import viterb, viterb_medium
+from chapters import viterb
 from lib.core.results import Runs
-from lib.data import class_texts
+from corpora import class_texts
 
 DECODERS = ["offline/qwen2.5-coder-0.5b-instruct", "offline/gemma-3-270m", "offline/smollm2-135m-instruct"]
 ENCODERS = ["offline/all-mpnet-base-v2", "offline/all-MiniLM-L6-v2", "offline/paraphrase-MiniLM-L3-v2"]
@@ -32,7 +32,7 @@ def test_medium_config_validates_and_scores_only_many_class_sets():
     assert all(t.pooling == "cls" for t in cfg.text if t.name in ENCODERS)
     assert all(t.pooling == "last_token" for t in cfg.text if t.name in DECODERS)
     assert len(cfg.seeds) >= 3 and set(cfg.text_kinds) == {"name", "reference"} and cfg.name_templates == "bare"
-    from lib.chapters import sharelock
+    from chapters import sharelock
 
     assert cfg.vision[0] == sharelock.load_config("medium").vision[0]  # the same settings: the store's entries
 
@@ -45,7 +45,7 @@ def test_medium_benchmark_is_leak_free_and_split_by_concept(medium):
     counts = bench.counts()
     assert counts["unseen classes"] > 1000 and counts["test images"] > counts["unseen classes"]
     assert len(set(bench.class_keys)) == len(bench.class_keys)
-    from lib.data import medium as corpus
+    from corpora import medium as corpus
 
     split = corpus.load_splits()["concepts"]
     role = {"train": "seen", "val": "val", "unseen": "unseen"}
@@ -53,7 +53,7 @@ def test_medium_benchmark_is_leak_free_and_split_by_concept(medium):
 
 
 def test_medium_image_sources_are_the_sharelock_medium_entries(medium):
-    from lib.chapters import sharelock
+    from chapters import sharelock
 
     cfg, benches = medium
     ours = {r.name: r for r in viterb.feature_plan(cfg, benches) if r.kind == "image" and "medium" in r.name}
@@ -136,12 +136,12 @@ def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():
 
 def test_the_data_size_curve_trains_every_model_below_the_whole_set_on_class_names():
     cfg = viterb.load_config("medium")
-    specs = viterb_medium.curve_specs(cfg, 11_416)
+    specs = viterb.curve_specs(cfg, 11_416)
     sizes = sorted({s.train_images for s in specs})
     assert sizes == [1427, 2854, 5708]  # an eighth, a quarter, a half; the whole set is the main grid's run
     assert len(specs) == len(sizes) * len(cfg.text) * len(cfg.seeds)
-    assert {(s.study, s.dataset, s.kind) for s in specs} == {("curve", cfg.score_datasets[0], viterb_medium.CURVE_KIND)}
-    assert viterb_medium.curve_specs(viterb.load_config("small"), 1000) == []  # no curve in the small config
+    assert {(s.study, s.dataset, s.kind) for s in specs} == {("curve", cfg.score_datasets[0], viterb.CURVE_KIND)}
+    assert viterb.curve_specs(viterb.load_config("small"), 1000) == []  # no curve in the small config
 
 
 def test_the_decoder_claim_not_reproduced_carries_the_curve_trend():

@@ -3,7 +3,7 @@
 Why a script and a data file: generated text is data. It is produced once, by a named model with recorded
 prompts and decoding settings, shipped as ``data_manifests/class_texts/<dataset>-<kind>.json`` with its
 sha256 in ``data_manifests/class_texts.yaml``, and never written by hand. The ViTeRB chapter
-(``notebooks/viterb.py``, section "Text per class") reads these files through ``lib.data.class_texts``.
+(``notebooks/viterb.py``, section "Text per class") reads these files through ``corpora.class_texts``.
 
     python -m tools.generate_class_texts --dataset fashion-mnist --kind description
     python -m tools.generate_class_texts --dataset emoji --kind all --time-only 64
@@ -11,15 +11,15 @@ sha256 in ``data_manifests/class_texts.yaml``, and never written by hand. The Vi
         --model meta-llama/Meta-Llama-3-8B-Instruct --device cuda       # the paper's generator (full config)
 
 The shipped small-config files hold one greedy text per class from SmolLM2-135M-Instruct; ``--per-class N``
-adds N - 1 sampled texts per class with the recorded prompt variants (``lib.data.class_texts.PROMPT_VARIANTS``).
+adds N - 1 sampled texts per class with the recorded prompt variants (``corpora.class_texts.PROMPT_VARIANTS``).
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-from lib.data import class_texts
-from lib.data.full_sets import FULL_LOADERS
+from corpora import class_texts
+from corpora.full_sets import FULL_LOADERS
 
 MODEL = "offline/smollm2-135m-instruct"
 

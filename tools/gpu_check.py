@@ -71,7 +71,7 @@ def vit_from_scratch(device: str, quick: bool) -> dict:
     fits; bf16 autocast on a GPU."""
     import timm
 
-    from lib.chapters import flame
+    from chapters import flame
     from lib.nn.losses import clip_loss
 
     budget = flame.load_config("full").train  # FLAME's Table 3 run: 32 epochs of 2.9M pairs at 4,096

@@ -15,13 +15,13 @@
 #   8. browser  Debian chromium, for the test that drives the rendered book (tests/test_book_browser.py)
 #   9. mathjax  MathJax from npm (npm pack, sha256-pinned), unpacked where the book serves it from
 #  10. prebuild the small config's offline models, converted once into .cache/models (lib.core.models; ~80 s of GGUF
-#               de-quantisation), and the emoji corpus unpacked into .cache/assets (lib.data.emoji): built on first use
+#               de-quantisation), and the emoji corpus unpacked into .cache/assets (corpora.emoji): built on first use
 #               otherwise, and make test's two workers must never build one at the same time
 #  11. medium   OPT-IN, not in the default list (`make setup-medium`, or SETUP_STEPS=...,medium): the medium
 #               config's data and models, ~2.4 GB to download: Debian openclipart-png, openclipart-svg and
 #               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
 #               against data_manifests/*.yaml); the model wheels of tools/assets-medium.txt; then the
-#               cached indexes, SVG renderings and converted models (lib.data.medium, lib.core.model_wheels)
+#               cached indexes, SVG renderings and converted models (corpora.medium, provision.model_wheels)
 #
 # Usage:  bash tools/setup.sh            the project's own .venv (make setup)
 #         bash tools/setup.sh --here     install into the running interpreter instead (Colab, or a conda
@@ -276,7 +276,7 @@ else
 fi
 
 # --- 10. what the small config builds on first use, built once here ---------------------------------------
-# lib.core.models converts each offline model and lib.data.emoji unpacks the corpus on first use; doing both here keeps
+# lib.core.models converts each offline model and corpora.emoji unpacks the corpus on first use; doing both here keeps
 # that cost out of the chapters and keeps make test's two workers (pytest -n 2) from building the same thing together.
 PREBUILD_STAMP=${LIB_CACHE_DIR:-.cache}/assets/.stamp-prebuilt
 if ((HERE)) || ! want prebuild; then
@@ -291,14 +291,15 @@ else
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from lib.core import model_wheels, models
-from lib.data import emoji
+from provision import offline_models
+from provision import model_wheels
+from corpora import emoji
 
-small = set(models.OFFLINE_MODELS) - set(model_wheels.medium_models())
+small = set(offline_models.OFFLINE_MODELS) - set(model_wheels.medium_models())
 first = ["offline/gemma-3-270m", "offline/smollm2-135m-instruct"]
 order = [n for n in first if n in small] + sorted(small - set(first))
 with ProcessPoolExecutor(max_workers=min(len(order), os.cpu_count() or 1)) as pool:
-    for _ in pool.map(models.ensure_offline_model, order):
+    for _ in pool.map(offline_models.ensure_offline_model, order):
         pass
 emoji.corpus_dir()
 EOF
@@ -308,7 +309,7 @@ fi
 
 # --- 11. medium config (opt-in: never in the default list, so neither `make setup` nor CI downloads it) --
 # Debian data, npm tarballs (checked against their manifests), model wheels, then everything built once:
-# indexes, SVG renderings (lib.data.medium --build) and converted models (lib.core.models --build).
+# indexes, SVG renderings (corpora.medium --build) and converted models (provision.offline_models --build).
 if want medium; then
   if [[ -d /usr/share/openclipart/png && -d /usr/share/openclipart/svg && -d /usr/share/tuxpaint/stamps ]]; then
     say "medium debian data ok (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
@@ -347,8 +348,8 @@ EOF
       data_manifests/tuxpaint.yaml "${MEDIUM_MANIFESTS[@]}" data_manifests/splits/medium.json; then
     say "medium corpus and models ok (built earlier)"
   else
-    HF_HUB_OFFLINE=1 "$PY" -m lib.data.medium --build
-    HF_HUB_OFFLINE=1 "$PY" -m lib.core.models --build
+    HF_HUB_OFFLINE=1 "$PY" -m corpora.medium --build
+    HF_HUB_OFFLINE=1 "$PY" -m provision.offline_models --build
     touch "$MEDIUM_STAMP"
     say "medium corpus built (indexes, SVG renderings) and medium models converted (.cache/models)"
   fi

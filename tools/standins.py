@@ -12,12 +12,12 @@ by a stand-in that has the same *shape* as the real thing:
   embedding), saved in a Hugging Face cache (``models--owner--name/snapshots/<rev>/`` + ``refs/main``), so
   the configs' unchanged hub ids resolve with ``HF_HUB_OFFLINE=1``;
 * **real configs** (:func:`build_config_cache`): the same cache layout holding only the real ``config.json``
-  (and the image processor's), so that ``python -m lib.preflight`` computes parameters, FLOPs, memory and
+  (and the image processor's), so that ``python -m provision.preflight`` computes parameters, FLOPs, memory and
   store bytes of the real models without any weights (book/scale_out.md, "Pre-flight");
 * **datasets** (:func:`build_downloads`): tiny synthetic copies of each full dataset *as released* (LLaVA's
   ``chat.json`` + ``images.zip``, ILSVRC-2012's val tar + devkit, ``AwA2-data.zip`` + ``xlsa17.zip``,
   ``CUB_200_2011.tgz``, ``fgvc-aircraft-2013b.tar.gz``, the IN-1k train tar and an IN-21k tar of per-synset
-  tars, FLAME's caption files + CC3M webdataset shards), which ``python -m lib.data.prepare`` turns into the
+  tars, FLAME's caption files + CC3M webdataset shards), which ``python -m provision.prepare`` turns into the
   layout the loaders read, exactly as on a real machine.
 
 Never point a rehearsal at the real store: a hub model's store key names its id and revision, not its weights,
@@ -177,7 +177,7 @@ def _config(name: str, real: bool, vocab: int | None = None, tokenizer=None):
 def _tokenizer(offline_name: str):
     from transformers import AutoTokenizer
 
-    from lib.core.models import ensure_offline_model
+    from provision.offline_models import ensure_offline_model
 
     folder, _ = ensure_offline_model(offline_name)
     return AutoTokenizer.from_pretrained(folder)
@@ -282,7 +282,7 @@ def imagenet_val(folder: Path, per_class: int = 1) -> Path:
     import numpy as np
     from scipy.io import savemat
 
-    from lib.data import manifests
+    from corpora import manifests
 
     folder.mkdir(parents=True, exist_ok=True)
     wnids = list(manifests.load("imagenet-1k")["class_dirs"])
@@ -312,7 +312,7 @@ def imagenet_val(folder: Path, per_class: int = 1) -> Path:
 
 def _xlsa17(folder: Path) -> None:
     """xlsa17.zip with AWA2's and CUB's proposed-split class lists (the manifests' unseen lists; seen = the rest)."""
-    from lib.data import manifests
+    from corpora import manifests
 
     awa2 = manifests.load("awa2")
     cub_unseen = manifests.load("cub")["splits"]["unseen"]
@@ -330,7 +330,7 @@ CUB_SEEN = ["001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Alb
 def awa2(folder: Path, per_class: int = 3) -> Path:
     """``AwA2-data.zip`` (``Animals_with_Attributes2/JPEGImages/<class>/<class>_<n>.jpg`` + classes.txt) and
     xlsa17.zip."""
-    from lib.data import manifests
+    from corpora import manifests
 
     folder.mkdir(parents=True, exist_ok=True)
     classes = manifests.load("awa2")["classes"]
@@ -346,7 +346,7 @@ def awa2(folder: Path, per_class: int = 3) -> Path:
 
 def cub(folder: Path, per_class: int = 3) -> Path:
     """``CUB_200_2011.tgz`` (classes.txt, images.txt, images/<class>/...) with 3 seen classes + the 50 unseen ones."""
-    from lib.data import manifests
+    from corpora import manifests
 
     folder.mkdir(parents=True, exist_ok=True)
     classes = sorted(CUB_SEEN + list(manifests.load("cub")["splits"]["unseen"]))
@@ -389,7 +389,7 @@ def fgvc_aircraft(folder: Path) -> Path:
 
 def unseen_synsets(count: int) -> list[str]:
     """Real WordNet 3.0 noun synset ids (as IN-21k folders are named) that are not IN-1k classes."""
-    from lib.data import manifests, wordnet
+    from corpora import manifests, wordnet
 
     in1k = set(manifests.load("imagenet-1k")["class_dirs"])
     offsets = sorted({o for senses in wordnet._index().values() for o in senses})
@@ -400,7 +400,7 @@ def imagenet_plus(folder: Path, seen_per_class: int = 2, unseen: int = 500, extr
     """``ILSVRC2012_img_train.tar`` (a tar of ``<wnid>.tar``, each holding ``<wnid>_<n>.JPEG``) and an IN-21k
     release (``fall11_whole.tar``, the same nesting) whose ``unseen + extra`` non-IN-1k synsets have 3 images
     (the first ``unseen``) or 1 (the rest, which the most-populated rule must leave out)."""
-    from lib.data import manifests
+    from corpora import manifests
 
     folder.mkdir(parents=True, exist_ok=True)
     data = _jpeg(7)
@@ -454,7 +454,7 @@ def build_downloads(root: Path, names=None) -> dict[str, Path]:
 
 # ----------------------------------------------------------------------------------------- a rehearsal's world
 def location_env(name: str) -> str:
-    """The environment variable that relocates a dataset (``lib.data.manifests.location``)."""
+    """The environment variable that relocates a dataset (``corpora.manifests.location``)."""
     return f"{name.upper().replace('-', '_')}_DIR"
 
 
@@ -580,10 +580,10 @@ def run(args: list[str], env: dict, cwd: Path, what: str, timeout: int = 600) ->
 
 
 def prepare_all(names, downloads: Path, data: Path, env: dict, cwd: Path, python: str) -> None:
-    """``python -m lib.data.prepare <dataset> --from <released files> --to <data>/<dataset>`` for each dataset."""
+    """``python -m provision.prepare <dataset> --from <released files> --to <data>/<dataset>`` for each dataset."""
     for name in names:
         if not (data / name / ".prepared.json").is_file():
-            run([python, "-m", "lib.data.prepare", name, "--from", str(downloads / name), "--to", str(data / name),
+            run([python, "-m", "provision.prepare", name, "--from", str(downloads / name), "--to", str(data / name),
                  "--skip-checksums"], env, cwd, f"prepare {name}")
 
 
@@ -591,7 +591,7 @@ def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
     """ViTeRB's full config reads generated class texts and, for AWA2 / CUB / FGVC-Aircraft, reference articles. The
     generator runs for real (tools/generate_class_texts.py with the stand-in of Llama-3-8B-Instruct) on AWA2; for the
     other datasets, whose 1,620 classes would take minutes of a random model's greedy decoding on a CPU, and for the
-    articles, files are registered through lib.data.class_texts.write_class_texts as a user's files would be."""
+    articles, files are registered through corpora.class_texts.write_class_texts as a user's files would be."""
     run([python, "-m", "tools.generate_class_texts", "--dataset", "awa2", "--kind", "all", "--model",
          "meta-llama/Meta-Llama-3-8B-Instruct"], env, cwd, "generate class texts (awa2)", timeout=900)
     script = ("from lib.data import class_texts\n"
@@ -623,11 +623,12 @@ def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data:
     if chapter == "viterb":
         class_texts_for_viterb(env, copy, python)
     overrides = rehearsal_overrides(chapter, copy)
-    log = {"preflight": run([python, "-m", "lib.preflight", "--chapter", chapter, "--config", "full", "--overrides",
-                             overrides], env, copy, "pre-flight")}
+    log = {"preflight": run([python, "-m", "provision.preflight", "--chapter", chapter, "--config", "full",
+                             "--overrides", overrides], env, copy, "pre-flight")}
     log["precompute"] = run([python, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
-                             "--rdzv-endpoint", "localhost:0", "-m", "lib.precompute", "--chapter", chapter, "--config",
-                             "full", "--overrides", overrides, "--device", "cpu"], env, copy, "precompute on 2 ranks")
+                             "--rdzv-endpoint", "localhost:0", "-m", "provision.precompute", "--chapter", chapter,
+                             "--config", "full", "--overrides", overrides, "--device", "cpu"], env, copy,
+                            "precompute on 2 ranks")
     out = root / "out"
     args = [papermill, f"notebooks/{chapter}.ipynb", str(out / f"{chapter}.ipynb"), "-k", "frozen-lip", "--cwd",
             str(copy), "-p", "config", "full", "-p", "overrides", overrides, "-p", "output_dir", str(out)]
@@ -643,7 +644,7 @@ def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data:
 
 # ----------------------------------------------------------------------------------------- the launch boxes
 # What each full config reads at paper scale (rows), from the manifests and the papers; the launch boxes in
-# book/papers.yaml are computed from these with lib.preflight's cost model on the real configs (launch_estimates).
+# book/papers.yaml are computed from these with provision.preflight's cost model on the real configs (launch_estimates).
 PAPER_SCALE = {
     "cc3m-llava": 595_000,        # data_manifests/cc3m-llava.yaml: 595k pairs (ShareLock reports 563k usable)
     "imagenet-1k": 50_000,        # ILSVRC-2012 val
@@ -661,7 +662,7 @@ def _towers_training(cfg, rows: int) -> dict:
     import timm
     import torch
 
-    from lib import preflight
+    from provision import preflight
 
     with torch.device("meta"):
         vit = timm.create_model(cfg.image_tower.timm_name, pretrained=False, num_classes=0,
@@ -685,12 +686,13 @@ def _towers_training(cfg, rows: int) -> dict:
 
 def launch_estimates(config_cache: Path) -> dict:
     """Each chapter's feature pass, store, memory and (ShareLock-style heads) training at paper scale, from the real
-    configs in ``config_cache`` (:func:`build_config_cache`) and lib.preflight's formulas. Text inputs of unknown length
-    (captions, articles) are counted at the config's ``max_length`` (an upper bound); prompts are tokenised with the
-    stand-ins' tokenizers (SmolLM2's BPE for the decoders, BERT's WordPiece for the encoders: proxies)."""
-    from lib import chapters, preflight
-    from lib.data import manifests
-    from lib.data.templates import IMAGENET_TEMPLATES
+    configs in ``config_cache`` (:func:`build_config_cache`) and provision.preflight's formulas. Text inputs of unknown
+    length (captions, articles) are counted at the config's ``max_length`` (an upper bound); prompts are tokenised with
+    the stand-ins' tokenizers (SmolLM2's BPE for the decoders, BERT's WordPiece for the encoders: proxies)."""
+    import chapters
+    from provision import preflight
+    from corpora import manifests
+    from corpora.templates import IMAGENET_TEMPLATES
 
     names = manifests.load("imagenet-1k")["classes"]
     prompts = [t.replace("{c}", n) for n in names for t in IMAGENET_TEMPLATES]
@@ -774,7 +776,7 @@ def launch_estimates(config_cache: Path) -> dict:
                 train_flops = preflight.train_step_flops(params, batch, image_dim) * cfg.train.steps * runs
                 resident = rows * (text_dim + image_dim) * 4
             else:
-                from lib.chapters import viterb
+                from chapters import viterb
 
                 train_flops, resident = 0.0, 0
                 for spec in viterb.run_specs(cfg):

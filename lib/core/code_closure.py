@@ -1,4 +1,4 @@
-"""Which ``lib`` source files a piece of code can run: the modules it imports, and theirs, transitively.
+"""Which project source files a piece of code can run: the modules it imports, and theirs, transitively.
 
 Why: two caches are keyed by the code they depend on. ``make book`` re-executes a chapter when a ``lib`` file its
 cells can reach changes (tools/run_notebooks.py), and the run cache (:mod:`lib.core.run_cache`) keys a training
@@ -15,20 +15,24 @@ from pathlib import Path
 
 from lib.core.paths import REPO_ROOT
 
-__all__ = ["lib_modules", "imported", "closure"]
+__all__ = ["PACKAGES", "lib_modules", "imported", "closure"]
+
+# The checkout's four packages: the library, the chapters' experiments, the book's corpora, the set-up tools.
+PACKAGES = ("lib", "chapters", "corpora", "provision")
 
 
 def lib_modules(root: Path = REPO_ROOT) -> dict[str, Path]:
-    """Every module of ``<root>/lib`` by dotted name (a package by its ``__init__.py``)."""
+    """Every module of the checkout's packages (:data:`PACKAGES`) by dotted name (a package by its ``__init__.py``)."""
     out = {}
-    for path in (Path(root) / "lib").rglob("*.py"):
-        parts = path.relative_to(root).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in PACKAGES:
+        for path in (Path(root) / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
 def imported(path: Path, known: dict[str, Path]) -> set[str]:
-    """The lib modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and
+    """The project modules a file imports, with every package on the way (importing ``lib.a.b`` runs ``lib`` and
     ``lib.a``)."""
     found = set()
     for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
@@ -41,9 +45,9 @@ def imported(path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def closure(start: list[Path] | list[str], root: Path = REPO_ROOT) -> list[Path]:
-    """The ``lib`` files reachable from ``start``: source files (a notebook's ``.py``) or dotted module names.
+    """The project files reachable from ``start``: source files (a notebook's ``.py``) or dotted module names.
 
-    A start file that cannot be parsed depends on all of ``lib`` (the safe answer for a cache key)."""
+    A start file that cannot be parsed depends on every project module (the safe answer for a cache key)."""
     known = lib_modules(root)
     todo: set[str] = set()
     for item in start:

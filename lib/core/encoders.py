@@ -217,9 +217,7 @@ class VisionEncoder:
         from timm.data import create_transform, resolve_model_data_config
 
         if self.resolved.timm_architecture:  # an offline file, loaded the way timm loads a download
-            from lib.core.offline_vision import EFFICIENTNET_LITE0_CFG_OVERLAY
-
-            overlay = {**EFFICIENTNET_LITE0_CFG_OVERLAY, "file": self.resolved.load_path}
+            overlay = {**self.resolved.timm_cfg_overlay, "file": self.resolved.load_path}
             self.model = timm.create_model(
                 self.resolved.timm_architecture, pretrained=True, num_classes=0, pretrained_cfg_overlay=overlay
             )

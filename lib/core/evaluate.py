@@ -6,7 +6,7 @@ choices (how templates are averaged, whether "recall@5" means *any* or *all* pos
 recall versus accuracy) move results by points. See notebooks/sharelock.py, section
 "Zero-shot evaluation" (retrieval is measured there too).
 
-* :func:`zero_shot_classifier`: one prototype per class from prompt templates (:mod:`lib.data.templates`).
+* :func:`zero_shot_classifier`: one prototype per class from prompt templates (:mod:`corpora.templates`).
 * :func:`accuracy`, :func:`mean_per_class_recall`, :func:`classification_metrics`.
 * :func:`retrieval_metrics`: text->image and image->text recall@K, chunked.
 """

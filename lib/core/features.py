@@ -5,7 +5,7 @@ models, and the features are the expensive part (an LLM pass over every caption,
 image). So a chapter does not call encoders; it lists what it needs, a **plan** of
 :class:`FeatureRequest` s, and :func:`materialise` turns the plan into features: each request is looked
 up in the store under a key naming everything that changes its bytes, and a model is loaded only when
-a request misses. The notebook and ``python -m lib.precompute --chapter X`` call the same
+a request misses. The notebook and ``python -m provision.precompute --chapter X`` call the same
 ``feature_plan`` of the chapter, so they cannot disagree about what is cached.
 
 Five kinds of features, one interface:
@@ -66,7 +66,7 @@ class FeatureRequest:
     """One store entry a chapter needs: which model reads which inputs, and how the entry is laid out.
 
     ``name`` is the request's handle in the plan and in ``Features`` (``"<kind>:<model>:<set>"`` by
-    convention; ``--only`` of ``lib.precompute`` matches it). ``texts`` for the text kinds, ``images`` (any
+    convention; ``--only`` of ``provision.precompute`` matches it). ``texts`` for the text kinds, ``images`` (any
     object with ``ids``, ``load_image(i)``; a ``Pairs``, ``Labelled`` or image source) for the image kinds.
     ``source`` names the dataset (manifest hash, split, style) and is part of the key. ``ids`` default to
     the images' ids, or ``"0".."n-1"`` for texts. ``tokens`` (image tokens): ``patches`` or ``all`` (CLS
@@ -235,7 +235,7 @@ class EncoderPool:
         self._encoders.clear()
 
 
-ENCODERS = EncoderPool()  # the process's pool: notebooks and lib.precompute share it
+ENCODERS = EncoderPool()  # the process's pool: notebooks and provision.precompute share it
 
 
 def release_encoders() -> None:
@@ -391,7 +391,7 @@ def materialise(store: FeatureStore, plan: Plan | Sequence[FeatureRequest], *, d
     """Every request of ``plan`` from the store, each computed on a miss (and only its missing shards).
 
     ``rank``/``world_size``: this process computes shards ``r, r+W, ...`` of every entry (``torchrun``;
-    ``lib.precompute``); its results are ``None`` where other ranks' shards are still missing.
+    ``provision.precompute``); its results are ``None`` where other ranks' shards are still missing.
     ``release``: free the models afterwards. ``on_done(row)`` is called with each report row as it is made.
     """
     plan = plan if isinstance(plan, Plan) else Plan(plan)

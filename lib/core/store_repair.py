@@ -211,7 +211,7 @@ def report(done: dict) -> str:
     if len(lines) == 1:
         return f"nothing to repair in {done['entry']}: every shard matches its checksum"
     deleted = done["deleted"]
-    nxt = "the next run (get_or_compute: the notebook, or python -m lib.precompute)"
+    nxt = "the next run (get_or_compute: the notebook, or python -m provision.precompute)"
     lines.append(f"{nxt} recomputes only shard(s) {', '.join(map(str, deleted))} and reuses the others"
                  if deleted else f"{nxt} recomputes no shard")
     return "\n".join(lines)

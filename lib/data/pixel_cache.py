@@ -6,7 +6,7 @@ minutes on two cores, every run, for ~17,000 images of 32 or 48 pixels a side. T
 (17,000 x 3 x 48 x 48 bytes = 118 MB) and depends only on the images and the size, so it is cached.
 
 The key is a hash of everything the pixels depend on: the set's name, its image ids, its ``source`` (the
-manifests' sha256 and the SVG renderer's version, :func:`lib.data.medium.source_identity`), the size and
+manifests' sha256 and the SVG renderer's version, :func:`corpora.medium.source_identity`), the size and
 the decoding version below. A cached file is written whole or not at all (:mod:`lib.core.atomic`); one
 that cannot be read or has the wrong shape is decoded again, with a warning naming it, since it is a
 cache and not a result. See notebooks/three_towers.py, section "The data".

@@ -19,7 +19,7 @@ See notebooks/flame.py, sections "The image projector and the two losses" and
 * :func:`official_caption` and :data:`OFFICIAL_TEMPLATE`: how the official code words the prompt (the paper's
   template is ``lib.core.facets.FLAME_TEMPLATE``); :data:`SHORT_TEXT_FACET`: the paper's one prompt for short texts.
 
-The chapter (config, data, experiments, claims) is ``lib.chapters.flame``.
+The chapter (config, data, experiments, claims) is ``chapters.flame``.
 """
 from __future__ import annotations
 

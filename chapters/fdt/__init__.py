@@ -1,0 +1,58 @@
+"""The FDT chapter (Chen et al., CVPR 2023): a shared codebook, sparse code weights, embeddings as weighted sums.
+
+Patch and token features matched against the codebook (:class:`lib.methods.fdt.FDTHead`), compared with a pooled
+CLIP-style head on the same frozen patch and token features. A reader opens :mod:`.experiments` first;
+:mod:`.config` is the YAML's schema, :mod:`.checks` the curve and the stuck/chance checks, :mod:`.claims` the
+verdicts, :mod:`.figures` the diagram. See notebooks/fdt.py, sections "The FDT head" and "What reproduced, what did
+not".
+"""
+from __future__ import annotations
+
+from chapters.fdt.config import (
+    NAME,
+    PAPER_NUMBERS,
+    FDTHeadConfig,
+    PooledHeadConfig,
+    Variant,
+    Config,
+    load_config,
+)
+from chapters.fdt.experiments import (
+    benchmark,
+    zero_shot_sets,
+    feature_plan,
+    ChapterFeatures,
+    build_fdt,
+    build_pooled,
+    zero_shot_metrics,
+    retrieval,
+    train_and_evaluate,
+    run_all,
+    active_codes_at_init,
+    usage_rows,
+    grounding_examples,
+)
+from chapters.fdt.checks import (
+    CURVE,
+    data_size_curve,
+    curve_frame,
+    curve_trend,
+    stuck_runs,
+    above_chance,
+    diagnose,
+)
+from chapters.fdt.claims import (
+    claims,
+    findings,
+)
+from chapters.fdt.figures import (
+    method_diagram,
+)
+
+__all__ = [
+    "NAME", "PAPER_NUMBERS", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config", "benchmark",
+    "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled", "zero_shot_metrics",
+    "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows", "grounding_examples",
+    "CURVE", "data_size_curve", "curve_frame", "curve_trend", "stuck_runs", "above_chance", "diagnose", "claims",
+    "findings", "method_diagram",
+]

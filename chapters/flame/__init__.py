@@ -1,0 +1,72 @@
+"""The FLAME chapter (Cao, Wei and Ma, CVPR 2025): a frozen LLM read through K facet prompts in one pass.
+
+An image-side MLP trained into the LLM's space (:class:`lib.methods.flame.Flame`) with Eq. 1 or the official
+multi-positive sigmoid loss, against a ShareLock head on plain features of the same captions and a text tower
+trained from scratch. The medium config is a :class:`MediumConfig`; every function takes either config. A reader
+opens :mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data` what is read, :mod:`.claims` the
+verdicts, :mod:`.figures` the facet mask and tables. See notebooks/flame.py, sections "Facet-decoupled attention"
+and "What reproduced, what did not".
+"""
+from __future__ import annotations
+
+from chapters.flame.config import (
+    NAME,
+    Config,
+    load_config,
+    SUBSET_SEED,
+    MediumConfig,
+)
+from chapters.flame.data import (
+    short,
+    benchmark,
+    sizes,
+    label_sets,
+    text_sets,
+    subsets,
+    tux_multilingual,
+)
+from chapters.flame.experiments import (
+    feature_plan,
+    ChapterFeatures,
+    run_key,
+    train_and_evaluate,
+    chapter_features,
+    run,
+    main_setting,
+    facet_similarity,
+    MediumFeatures,
+)
+from chapters.flame.data_size import (
+    stuck_runs,
+    data_size_curve,
+    CURVE,
+    curve_frame,
+    curve_trend,
+)
+from chapters.flame.claims import (
+    claims,
+    main_runs,
+    coincidences,
+    TIES,
+    METRICS,
+    findings,
+    facet_similarity_by_source,
+    translation_match,
+    tux_multilingual_claim,
+    medium_findings,
+)
+from chapters.flame.figures import (
+    equivalence_table,
+    facet_mask_figure,
+    speed_table,
+    language_bars,
+)
+
+__all__ = [
+    "NAME", "Config", "load_config", "SUBSET_SEED", "MediumConfig", "short", "benchmark", "sizes", "label_sets",
+    "text_sets", "subsets", "tux_multilingual", "feature_plan", "ChapterFeatures", "run_key", "train_and_evaluate",
+    "chapter_features", "run", "main_setting", "facet_similarity", "MediumFeatures", "stuck_runs",
+    "data_size_curve", "CURVE", "curve_frame", "curve_trend", "claims", "main_runs", "coincidences", "TIES",
+    "METRICS", "findings", "facet_similarity_by_source", "translation_match", "tux_multilingual_claim",
+    "medium_findings", "equivalence_table", "facet_mask_figure", "speed_table", "language_bars",
+]

@@ -1,0 +1,296 @@
+"""The FLAME chapter's experiments: the stored features (facets and baselines), one method trained and evaluated
+(FLAME, a ShareLock head, a text tower from scratch), the medium config's extra tests.
+See notebooks/flame.py, section "Three ways to align the same data".
+"""
+from __future__ import annotations
+
+import dataclasses
+import torch
+import torch.nn.functional as F
+from torch import nn
+from lib.core import features
+from lib.core.config import LossConfig, TextModelConfig
+from lib.core.evaluate import retrieval, zero_shot
+from lib.core.train import fit, seed_everything
+from corpora.datasets import Benchmark
+from lib.methods.flame import Flame, official_caption
+from lib.methods.sharelock import ShareLock
+from lib.methods.three_towers import ThreeTowers, load_tokenizer, tokenize
+from chapters.flame.config import Config, MediumConfig
+from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
+
+
+def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
+    """Every feature the notebook reads: the image features of the training, validation, retrieval and
+    zero-shot images; the LLM's K facet embeddings of every text set; each baseline's features of the same
+    texts. The text tower from scratch reads tokens, not features. Medium: also the Tux Paint sets."""
+    if isinstance(cfg, MediumConfig):
+        return _medium_feature_plan(cfg, bench)
+    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
+    for images in [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]:
+        plan.add(features.image(cfg.vision, images, **store))
+    for name, (texts, source) in text_sets(cfg, bench).items():
+        prompted = [official_caption(t) for t in texts] if cfg.prompt == "official" else texts
+        plan.add(features.facets(cfg.text, prompted, source=source, name=f"facets:{cfg.text.name}:{name}", **store))
+        for baseline in cfg.baselines:
+            plan.add(features.text(baseline, texts, source=source, name=f"text:{baseline.name}:{name}", **store))
+    return plan
+
+
+class ChapterFeatures:
+    """The materialised plan, read by role: ``image(role)``, ``facets(set)`` ``(N, K, D)``, ``text(model, set)``,
+    ``tokens(set)`` (the scratch tower's ``(N, 2, context)`` ids and mask)."""
+
+    def __init__(self, cfg: Config, bench: Benchmark, found: features.Features) -> None:
+        self.cfg, self.bench, self.found = cfg, bench, found
+        self.rows = sizes(cfg, bench)
+        self._cache: dict[str, torch.Tensor] = {}
+        self._tokenizer = None
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        if name not in self._cache:
+            self._cache[name] = self.found.tensor(name)
+        return self._cache[name]
+
+    def image(self, role: str) -> torch.Tensor:
+        images = self.bench.zero_shot[0] if role == "zero-shot" else getattr(self.bench, role)
+        return self._tensor(f"image:{self.cfg.vision.name}:{images.name}")[: self.rows.get(role)]
+
+    def set_name(self, name: str) -> str:
+        return label_set_name(self.cfg, self.bench, name.split(":")[1]) if name.startswith("labels:") else name
+
+    def facets(self, name: str) -> torch.Tensor:
+        return self._tensor(f"facets:{self.cfg.text.name}:{self.set_name(name)}")
+
+    def text(self, model: TextModelConfig, name: str) -> torch.Tensor:
+        return self._tensor(f"text:{model.name}:{self.set_name(name)}")
+
+    @property
+    def tokenizer(self):
+        """The scratch tower's tokenizer (only its vocabulary is used)."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.cfg.scratch.tokenizer)
+        return self._tokenizer
+
+    def tokens(self, name: str) -> torch.Tensor:
+        key = f"tokens:{self.set_name(name)}"
+        if key not in self._cache:
+            found = tokenize(self.tokenizer, text_sets(self.cfg, self.bench)[self.set_name(name)][0],
+                             self.cfg.scratch.context)
+            self._cache[key] = torch.stack([found["input_ids"], found["attention_mask"]], dim=1)
+        return self._cache[key]
+
+
+# --- experiments -----------------------------------------------------------------------------------------------
+class _ScratchTower(nn.Module):
+    """The LiT-recipe text tower behind the ``embed_image(features)`` / ``embed_text(features)`` interface of
+    ``lib.core.evaluate``: image features are the frozen ones, text "features" are ``(N, 2, context)`` tokens."""
+
+    def __init__(self, method: ThreeTowers) -> None:
+        super().__init__()
+        self.method = method
+
+    def embed_image(self, image_features: torch.Tensor) -> torch.Tensor:
+        return self.method.embed_image(None, image_features)
+
+    def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.method.embed_text(tokens[:, 0], tokens[:, 1])
+
+
+def run_key(row: dict, cfg: Config) -> str:
+    """A run's name in the findings: ``flame``, ``flame_1facets``, ``flame_mp_sigmoid``, ``sharelock/<model>``,
+    ``scratch``."""
+    if row["method"] != "flame":
+        return row["method"]
+    if row["facets"] != len(cfg.text.facets):
+        return f"flame_{row['facets']}facets"
+    return "flame" if row["loss"] == cfg.loss else f"flame_{row['loss']}"
+
+
+def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int = 0, *,
+                       k: int | None = None, loss: str | None = None) -> tuple[dict, object, nn.Module]:
+    """Train one method on the training pairs (best weights on the validation pairs) and evaluate it on the
+    unseen concepts: zero-shot, caption retrieval, and zero-shot with the labels of every locale.
+
+    ``kind``: ``"flame"`` (its first ``k`` facets, ``loss``), ``"scratch"`` or a baseline's model name. FLAME
+    embeds short texts under :data:`SHORT_TEXT_FACET` only (paper §4.1) and reports the average over its k
+    facets as ``zero-shot-avg``. Returns the row (for :class:`lib.core.results.Runs`), the
+    :class:`~lib.core.train.TrainResult` and the trained method.
+    """
+    K = len(cfg.text.facets)
+    k, loss = (k or K, loss or cfg.loss) if kind == "flame" else (None, None)
+    seed_everything(seed)
+    image = {role: feats.image(role) for role in ("train", "val")}
+    if kind == "flame":
+        method = Flame(image["train"].shape[1], feats.facets("train").shape[2], loss=loss,
+                       hidden_dim=cfg.projector_hidden, temperature=cfg.temperature,
+                       positives=cfg.positives if loss == "mp_sigmoid" else None)
+        data = {r: {"image": image[r], "text": feats.facets(r)[:, :k]} for r in image}
+        one = cfg.text.facets.index(cfg.short_text_facet)
+        long_text, short_text = (lambda name: feats.facets(name)[:, :k]), (lambda name: feats.facets(name)[:, [one]])
+        model, label = method, "flame"
+    elif kind == "scratch":
+        method = ThreeTowers("lit", third_dim=image["train"].shape[1], vocab_size=feats.tokenizer.vocab_size,
+                             image_tower=None, text_tower=cfg.scratch, embed_dim=cfg.scratch_embed_dim,  # lit: no f
+                             loss=LossConfig(0.07, learnable=True))
+        data = {r: {"third": image[r], "input_ids": feats.tokens(r)[:, 0], "attention_mask": feats.tokens(r)[:, 1]}
+                for r in image}
+        long_text = short_text = feats.tokens
+        model, label = _ScratchTower(method), "scratch"
+    else:
+        baseline = next(b for b in cfg.baselines if b.name == kind)
+        method = ShareLock(feats.text(baseline, "train").shape[1], image["train"].shape[1], cfg.head,
+                           cfg.sharelock_loss)
+        data = {r: {"image": image[r], "text": feats.text(baseline, r)} for r in image}
+        long_text = short_text = (lambda name: feats.text(baseline, name))
+        model, label = method, f"sharelock/{short(kind)}"
+    result = fit(method, data["train"], data["val"], cfg.train, seed=seed, device=cfg.device, progress=False)
+    model.cpu()
+    row = {"method": label, "facets": k, "loss": loss, "seed": seed, "best_step": result.best_step,
+           "train_s": round(result.seconds, 1)}
+    if bench.zero_shot:
+        labelled = bench.zero_shot[0]
+        found = zero_shot(model, feats.image("zero-shot"), short_text("zero-shot"), labelled)
+        row.update({f"zero-shot/{m}": v for m, v in found.items()})
+        if kind == "flame":
+            found = zero_shot(model, feats.image("zero-shot"), long_text("zero-shot"), labelled)
+            row.update({f"zero-shot-avg/{m}": v for m, v in found.items()})
+    found = retrieval(model, feats.image("retrieval"), long_text("retrieval"))
+    row.update({f"retrieval/{m}": v for m, v in found.items()})
+    with torch.no_grad():  # hubness: the share of captions whose nearest image is the most often retrieved one
+        nearest = (model.embed_text(long_text("retrieval")) @ model.embed_image(feats.image("retrieval")).T).argmax(1)
+    row["retrieval/hub_share"] = float(nearest.bincount().max()) / len(nearest)
+    others = []
+    for locale, labelled in label_sets(cfg, bench).items():
+        row[f"labels:{locale}/acc1"] = zero_shot(model, feats.image("zero-shot"), short_text(f"labels:{locale}"),
+                                                 labelled)["acc1"]
+        others += [row[f"labels:{locale}/acc1"]] if locale != "en" else []
+    if others:
+        row["labels:other/acc1"] = sum(others) / len(others)
+    return row, result, method
+
+
+# --- results ---------------------------------------------------------------------------------------------------
+def chapter_features(cfg: Config, bench: Benchmark, found: features.Features) -> ChapterFeatures:
+    """The features of a run, on the seeded subsets in the medium config (:class:`MediumFeatures`)."""
+    return (MediumFeatures if isinstance(cfg, MediumConfig) else ChapterFeatures)(cfg, bench, found)
+
+
+def run(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int = 0, **options):
+    """One method, one seed: ``(row, training result)``. The medium config adds its tests (Tux Paint's photo-like
+    stamps, the multilingual sentences, retrieval among the Openclipart rows) and ``train_pairs``."""
+    if isinstance(cfg, MediumConfig):
+        return _run_medium(cfg, bench, feats, kind, seed, **options)
+    return train_and_evaluate(cfg, bench, feats, kind, seed, **options)[:2]
+
+
+def main_setting(cfg: Config) -> dict:
+    """The main FLAME run's columns: all K facets, the config's loss."""
+    return dict(method="flame", facets=len(cfg.text.facets), loss=cfg.loss)
+
+
+@torch.no_grad()
+def facet_similarity(facet_features: torch.Tensor) -> torch.Tensor:
+    """``(K, K)`` mean cosine between facet i and facet j of the same caption, after removing each facet's mean
+    over the captions (a decoder's states share one large direction: raw cosines are near 1 for any two texts)."""
+    unit = F.normalize((facet_features - facet_features.mean(0, keepdim=True)).float(), dim=-1)
+    return torch.einsum("nid,njd->ij", unit, unit) / len(unit)
+
+
+def _medium_feature_plan(cfg: MediumConfig, bench: Benchmark) -> features.Plan:
+    """The image features of the whole splits (the ShareLock chapter's medium entries) and of the Tux Paint sets;
+    the K facet embeddings and each baseline's features of every text set."""
+    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
+    for images in [bench.train, bench.val, bench.retrieval, bench.zero_shot[0], bench.zero_shot[1],
+                   tux_multilingual(cfg)[0]]:
+        plan.add(features.image(cfg.vision, images, **store))
+    for name, (texts, source) in text_sets(cfg, bench).items():
+        plan.add(features.facets(cfg.text, texts, source=source, name=f"facets:{cfg.text.name}:{name}", **store))
+        for baseline in cfg.baselines:
+            plan.add(features.text(baseline, texts, source=source, name=f"text:{baseline.name}:{name}", **store))
+    return plan
+
+
+class MediumFeatures(ChapterFeatures):
+    """:class:`ChapterFeatures` on the seeded subsets; ``train_rows``: the first N training
+    pairs of the subset (the data-size curve), shared tensors with the full view (:meth:`with_train`)."""
+
+    def __init__(self, cfg: MediumConfig, bench: Benchmark, found: features.Features, train_rows: int | None = None):
+        super().__init__(cfg, bench, found)
+        self.index = subsets(cfg, bench)
+        self.train_rows = train_rows or len(self.index["train"])
+        self.tux_images, self.tux_sentences = tux_multilingual(cfg)
+
+    def with_train(self, rows: int | None) -> MediumFeatures:
+        view = MediumFeatures.__new__(MediumFeatures)
+        view.__dict__.update(self.__dict__)
+        view.train_rows = rows or len(self.index["train"])
+        return view
+
+    def _rows(self, role: str, x: torch.Tensor) -> torch.Tensor:
+        return x[: self.train_rows] if role == "train" else x
+
+    def image(self, role: str) -> torch.Tensor:
+        if role in self.index:
+            full = self._tensor(f"image:{self.cfg.vision.name}:{getattr(self.bench, role).name}")
+            return self._rows(role, full[self.index[role]])
+        images = {"zero-shot": self.bench.zero_shot[0], "tux-photo": self.bench.zero_shot[1],
+                  "tux": self.tux_images}[role]
+        return self._tensor(f"image:{self.cfg.vision.name}:{images.name}")
+
+    def set_name(self, name: str) -> str:
+        return name
+
+    def facets(self, name: str) -> torch.Tensor:
+        return self._rows(name, self._tensor(f"facets:{self.cfg.text.name}:{name}"))
+
+    def text(self, model, name: str) -> torch.Tensor:
+        return self._rows(name, self._tensor(f"text:{model.name}:{name}"))
+
+    def tokens(self, name: str) -> torch.Tensor:
+        key = f"tokens:{name}"
+        if key not in self._cache:
+            from lib.methods.three_towers import tokenize
+            found = tokenize(self.tokenizer, text_sets(self.cfg, self.bench)[name][0], self.cfg.scratch.context)
+            self._cache[key] = torch.stack([found["input_ids"], found["attention_mask"]], dim=1)
+        return self._rows(name, self._cache[key])
+
+
+# --- experiments -----------------------------------------------------------------------------------------------
+def _text_reader(feats: MediumFeatures, kind: str, k: int | None, method):
+    """(model for lib.core.evaluate, long-text features, short-text features) of one trained method."""
+    cfg = feats.cfg
+    if kind == "flame":
+        one = cfg.text.facets.index(cfg.short_text_facet)
+        return method, (lambda n: feats.facets(n)[:, :k]), (lambda n: feats.facets(n)[:, [one]])
+    if kind == "scratch":
+        return _ScratchTower(method), feats.tokens, feats.tokens
+    baseline = next(b for b in cfg.baselines if b.name == kind)
+    return method, (lambda n: feats.text(baseline, n)), (lambda n: feats.text(baseline, n))
+
+
+def _run_medium(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, kind: str, seed: int, *,
+                k: int | None = None, loss: str | None = None, train_pairs: int | None = None) -> tuple[dict, object]:
+    """One method trained on the first ``train_pairs`` of the training subset and evaluated on: the unseen
+    concepts (zero-shot among all of them, caption retrieval among the retrieval subset and among its
+    Openclipart rows, whose descriptions are the longest), Tux Paint's photo-like unseen stamps and the
+    multilingual Tux Paint classes. Returns the row and the :class:`~lib.core.train.TrainResult`."""
+    view = feats.with_train(train_pairs)
+    k = (k or len(cfg.text.facets)) if kind == "flame" else None
+    row, result, method = train_and_evaluate(cfg, bench, view, kind, seed, k=k, loss=loss)
+    model, long_text, short_text = _text_reader(view, kind, k, method)
+    model.eval()
+    row.update({"train_pairs": view.train_rows, "first_eval": cfg.train.eval_every})
+    row["tux-photo/acc1"] = zero_shot(model, view.image("tux-photo"), short_text("tux-photo"),
+                                      bench.zero_shot[1])["acc1"]
+    openclipart = torch.tensor([bench.retrieval.ids[i].startswith("openclipart/")
+                                for i in view.index["retrieval"].tolist()])
+    found = retrieval(model, view.image("retrieval")[openclipart], long_text("retrieval")[openclipart])
+    row.update({f"retrieval-openclipart/{m}": v for m, v in found.items()})
+    others = []
+    for loc, sentences in view.tux_sentences.items():
+        labelled = dataclasses.replace(view.tux_images, classnames=sentences)
+        row[f"tux:{loc}/acc1"] = zero_shot(model, view.image("tux"), short_text(f"tux:{loc}"), labelled)["acc1"]
+        others += [row[f"tux:{loc}/acc1"]] if loc != "en" else []
+    row["tux:other/acc1"] = sum(others) / len(others) if others else None
+    return row, result

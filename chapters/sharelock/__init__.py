@@ -1,0 +1,52 @@
+"""The ShareLock chapter (Ruthardt et al., *Do better language models have crisper vision?*).
+
+Frozen DINOv2 image features, frozen decoder-LLM last-token text features, a 4-layer MLP on the text side
+(:class:`lib.methods.sharelock.ShareLock`) trained with the CLIP loss at a fixed temperature, against LiT (a
+pretrained text encoder tuned on the same locked image features). A reader opens :mod:`.experiments` first;
+:mod:`.config` is the YAML's schema, :mod:`.claims` the verdicts, :mod:`.figures` the method diagram.
+See notebooks/sharelock.py, sections "The data", "The projection head", "Training the head" and
+"What reproduced, what did not".
+"""
+from __future__ import annotations
+
+from chapters.sharelock.config import (
+    NAME,
+    LiTConfig,
+    Config,
+    load_config,
+)
+from chapters.sharelock.experiments import (
+    benchmark,
+    short,
+    metric_labels,
+    HEAD_LABELS,
+    setting_label,
+    prompt_sets,
+    feature_plan,
+    ChapterFeatures,
+    grid,
+    build,
+    train_and_evaluate,
+    train_lit,
+    held_out_groups,
+    stuck_runs,
+    data_size_curve,
+    HEADS,
+    curve_frame,
+    style_diagnostics,
+)
+from chapters.sharelock.claims import (
+    claims,
+    findings,
+    head_comparison,
+)
+from chapters.sharelock.figures import (
+    method_diagram,
+)
+
+__all__ = [
+    "NAME", "LiTConfig", "Config", "load_config", "benchmark", "short", "metric_labels", "HEAD_LABELS",
+    "setting_label", "prompt_sets", "feature_plan", "ChapterFeatures", "grid", "build", "train_and_evaluate",
+    "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS", "curve_frame", "style_diagnostics",
+    "claims", "findings", "head_comparison", "method_diagram",
+]

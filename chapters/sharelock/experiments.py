@@ -1,0 +1,276 @@
+"""The ShareLock chapter's experiments: its benchmark, the frozen features it reads (one plan, shared with
+``python -m provision.precompute --chapter sharelock``), one training-and-evaluation run of a head or of LiT,
+and the data-size curve. See notebooks/sharelock.py, sections "The data" and "Training the head".
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lib.core import curves, features
+from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core.evaluate import prompt_texts, retrieval, zero_shot
+from lib.core.results import Runs, stuck
+from lib.core.train import fit, seed_everything
+from corpora import benchmarks, datasets
+from corpora.datasets import Benchmark
+from lib.methods.lit import LiT, token_ids
+from lib.methods.sharelock import ShareLock
+from chapters.sharelock.config import Config
+
+
+def benchmark(cfg: Config) -> Benchmark:
+    """Training, validation and retrieval pairs and the zero-shot sets (``corpora.datasets``)."""
+    return benchmarks.build(cfg.data)
+
+
+def short(name: str) -> str:
+    """A model's display name: the last part of its id."""
+    return name.split("/")[-1]
+
+
+_SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST",
+               "medium-concepts-unseen": "unseen", "medium-concepts-train": "seen",
+               "tuxpaint-photo": "Tux Paint photos"}
+
+
+def metric_labels(bench: Benchmark) -> dict[str, str]:
+    """Short column names for the chapter's results table: metric key -> label (all in %)."""
+    labels = {}
+    for labelled in bench.zero_shot:
+        name = labelled.name
+        style = " (other style)" if labelled is not bench.zero_shot[0] and name.startswith("emoji-unseen") else ""
+        base = next((v for k, v in _SHORT_SETS.items() if name.startswith(k)), name)
+        labels[f"{name}/acc1"] = f"{base}{style} top-1"
+    labels[f"{bench.retrieval.name}/image_retrieval_recall@1"] = "text→image R@1"
+    labels[f"{bench.retrieval.name}/text_retrieval_recall@5"] = "image→text R@5"
+    return labels
+
+
+HEAD_LABELS = {"mlp": "MLP", "linear": "linear", "lit": "LiT (encoder tuned)"}
+
+
+def setting_label(row: dict) -> str:
+    """``"gemma-3-270m + efficientnet-lite0, MLP"`` (and the control) for one row of a results table."""
+    label = f"{row['text']} + {row['vision']}, {HEAD_LABELS[row['head']]}"
+    return f"{label}, {row['control']}" if row.get("control") else label
+
+
+def prompt_sets(cfg: Config, bench: Benchmark) -> list:
+    """The unseen concepts with sentence templates and with the bare name (the prompt ablation), for the
+    emoji and the medium corpus; empty for a pairs corpus."""
+    if cfg.data.corpus == "emoji":
+        return [datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="sentences"),
+                datasets.emoji_labelled("unseen", cfg.data.train_style, prompts="name")]
+    if cfg.data.corpus == "medium":
+        from corpora import medium
+
+        return [medium.labelled("unseen", prompts="sentences"), medium.labelled("unseen", prompts="name")]
+    return []
+
+
+def _prompt_source(labelled) -> dict:
+    return {"prompts_for": labelled.source["dataset"], "templates": list(labelled.templates)}
+
+
+def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
+    """Every feature the chapter reads: each vision model on every image set; each text model on the
+    captions of every pair set, the prompts of every zero-shot set, and the prompt ablation's prompts."""
+    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
+    image_sets = [bench.train, bench.val, bench.retrieval, *bench.zero_shot]
+    for vision in cfg.vision:
+        for images in image_sets:
+            plan.add(features.image(vision, images, **store))
+    for text in cfg.text:
+        for pairs in (bench.train, bench.val, bench.retrieval):
+            plan.add(features.text(text, pairs.captions, source=pairs.source, name=f"text:{text.name}:{pairs.name}",
+                                   ids=pairs.ids, **store))
+        for labelled in [*bench.zero_shot, *prompt_sets(cfg, bench)]:
+            plan.add(features.text(text, prompt_texts(labelled), source=_prompt_source(labelled),
+                                   name=f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}", **store))
+    return plan
+
+
+class ChapterFeatures:
+    """The materialised plan, read by role: ``image(vision, images)``, ``captions(text, pairs)``,
+    ``prompts(text, set)``."""
+
+    def __init__(self, found: features.Features) -> None:
+        self.found = found
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        if name not in self._cache:
+            self._cache[name] = self.found.tensor(name)
+        return self._cache[name]
+
+    def image(self, vision: VisionModelConfig, images) -> torch.Tensor:
+        return self._tensor(f"image:{vision.name}:{images.name}")
+
+    def captions(self, text: TextModelConfig, pairs) -> torch.Tensor:
+        return self._tensor(f"text:{text.name}:{pairs.name}")
+
+    def prompts(self, text: TextModelConfig, labelled) -> torch.Tensor:
+        return self._tensor(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}")
+
+
+def grid(cfg: Config) -> list[tuple[TextModelConfig, VisionModelConfig, str]]:
+    """The (text, vision, head) settings the chapter trains, main pair first: every text model with the main
+    vision model and every other vision model with the main text model, each with the MLP and the linear head.
+
+    Not the full product: the text ladder is the chapter's question, the vision models a side comparison, and
+    each extra pair costs a feature pass and three seeds of training (notebooks/sharelock.py, "Zero-shot
+    evaluation")."""
+    pairs = [(t, cfg.vision[0]) for t in cfg.text] + [(cfg.text[0], v) for v in cfg.vision[1:]]
+    return [(t, v, kind) for t, v in pairs for kind in ("mlp", "linear")]
+
+
+def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModelConfig, vision: VisionModelConfig,
+          kind: str = "mlp") -> ShareLock:
+    """A fresh ShareLock (``kind="mlp"``) or linear (``"linear"``) head for this pair of models."""
+    text_dim = feats.captions(text, bench.train).shape[1]
+    image_dim = feats.image(vision, bench.train).shape[1]
+    return ShareLock(text_dim, image_dim, cfg.head, cfg.loss, kind=kind)
+
+
+def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig,
+                       vision: VisionModelConfig, kind: str = "mlp", seed: int = 0, *,
+                       shuffle_captions: bool = False,
+                       train_pairs: int | None = None) -> tuple[dict, object, ShareLock]:
+    """Train one head on the training pairs (early stopping on the validation concepts), then evaluate it
+    zero-shot on every labelled set and by retrieval on the unseen pairs.
+
+    ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
+    everything else kept). ``train_pairs``: train on that many pairs only (:func:`lib.core.curves.nested_subset`; the
+    data-size curve). Returns the run's row (for :class:`lib.core.results.Runs`), the
+    :class:`~lib.core.train.TrainResult` and the trained method.
+    """
+    seed_everything(seed)
+    method = build(cfg, feats, bench, text, vision, kind)
+    text_train, image_train = feats.captions(text, bench.train), feats.image(vision, bench.train)
+    subset = curves.nested_subset(len(text_train), train_pairs)
+    if subset is not None:
+        text_train, image_train = text_train[subset], image_train[subset]
+    if shuffle_captions:
+        text_train = text_train[torch.randperm(len(text_train), generator=torch.Generator().manual_seed(seed))]
+    result = fit(method, {"image": image_train, "text": text_train},
+                 {"image": feats.image(vision, bench.val), "text": feats.captions(text, bench.val)},
+                 cfg.train, seed=seed, device=cfg.device)
+    row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
+           "control": "shuffled captions" if shuffle_captions else "", "train_pairs": len(text_train),
+           "best_step": result.best_step, "first_eval": min(cfg.train.eval_every, cfg.train.steps),
+           "steps_run": result.steps_run, "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
+    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s),
+                         lambda s, prompts: feats.prompts(text, s) if prompts else feats.captions(text, s)))
+    return row, result, method
+
+
+def _evaluate(method, cfg: Config, bench: Benchmark, image, text_of) -> dict:
+    """Zero-shot on every labelled set and retrieval on the unseen pairs; ``text_of(labelled_or_pairs, prompts)``
+    gives the text side's input (cached features for a head, token ids for LiT)."""
+    row = {}
+    for labelled in bench.zero_shot:
+        found = zero_shot(method, image(labelled), text_of(labelled, True), labelled)
+        row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
+    found = retrieval(method, image(bench.retrieval), text_of(bench.retrieval, False))
+    row.update({f"{bench.retrieval.name}/{k}": v for k, v in found.items()})
+    return row
+
+
+def train_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: VisionModelConfig,
+              seed: int = 0) -> tuple[dict, object, LiT]:
+    """The paper's LiT baseline on the same locked image features, pairs and seed as the heads: a pretrained text
+    encoder (``cfg.lit.text``) and a linear projection, all trained (:class:`lib.methods.lit.LiT`), early-stopped
+    on the validation concepts by the heads' rule. See notebooks/sharelock.py, section "The LiT baseline"."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from lib.core.models import resolve
+
+    if not cfg.lit.enabled:
+        raise ValueError("this config's `lit` section is not enabled: the LiT baseline is not configured")
+    text = cfg.lit.text
+    path = resolve(text.name, "transformers", text.revision).load_path
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=text.revision)
+    seed_everything(seed)
+    encoder = AutoModel.from_pretrained(path, revision=text.revision, dtype=torch.float32)
+    method = LiT(encoder, feats.image(vision, bench.train).shape[1], cfg.loss, pooling=text.pooling,
+                 pad_id=tokenizer.pad_token_id)
+    ids = {}
+
+    def text_of(items, prompts: bool) -> torch.Tensor:
+        key = (items.name, prompts)
+        if key not in ids:
+            ids[key] = token_ids(tokenizer, prompt_texts(items) if prompts else items.captions, text.max_length)
+        return ids[key]
+
+    result = fit(method, {"image": feats.image(vision, bench.train), "text": text_of(bench.train, False)},
+                 {"image": feats.image(vision, bench.val), "text": text_of(bench.val, False)},
+                 cfg.lit.train, seed=seed, device=cfg.device)
+    row = {"text": short(text.name), "vision": short(vision.name), "head": "lit", "seed": seed, "control": "",
+           "train_pairs": len(bench.train), "best_step": result.best_step,
+           "first_eval": min(cfg.lit.train.eval_every, cfg.lit.train.steps), "steps_run": result.steps_run,
+           "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
+    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s), text_of))
+    return row, result, method
+
+
+def held_out_groups(cfg: Config, pairs) -> tuple[str, list[str]]:
+    """What to break the unseen pairs down by, and each pair's group: the CLDR group for emoji, the source
+    (Openclipart, OpenMoji, Fluent UI, game-icons) for the medium corpus, nothing for a pairs corpus."""
+    if cfg.data.corpus == "emoji":
+        from corpora import emoji
+
+        groups = {c.key: c.group for c in emoji.load_concepts()}
+        return "CLDR group", [groups[c] for c in pairs.concepts]
+    if cfg.data.corpus == "medium":
+        return "source", [i.split("/")[0] for i in pairs.ids]
+    return "", []
+
+
+def stuck_runs(runs: Runs) -> list[dict]:
+    """Runs (controls aside) whose best validation step is their first evaluation: a head that never improved
+    on what it knew after ``eval_every`` steps has not trained, and its numbers must not be reported as a
+    method's (notebooks/sharelock.py, "Training the head")."""
+    return [r for r in runs if not r["control"] and stuck(r)]
+
+
+def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
+                    texts: list[TextModelConfig]) -> Runs:
+    """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, every
+    seed: does the paper's gap open, close or flip as data grows? Rows already in ``runs`` at the whole set
+    are reused, not retrained. See notebooks/sharelock.py, "More data"."""
+    total, vision = len(bench.train), cfg.vision[0]
+    curve = Runs()
+    for t in texts:
+        for fraction in cfg.curve_fractions:
+            size = max(2, round(fraction * total))
+            for kind in ("mlp", "linear"):
+                for seed in cfg.seeds:
+                    done = [r for r in runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed,
+                                                  control="") if r["train_pairs"] == size]
+                    curve.add(done[0] if done else
+                              train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size)[0])
+    return curve
+
+
+HEADS = ({"head": "mlp"}, {"head": "linear"}, ("MLP", "linear"))  # the curve's comparison: A, B and their names
+
+
+def curve_frame(curve: Runs, metric: str):
+    """One row per (text model, training pairs): MLP and linear mean ± sd and the rule's outcome."""
+    import pandas as pd
+
+    tables = [curves.table(curve.where(text=text), metric, *HEADS).assign(**{"text model": text})
+              for text in sorted({r["text"] for r in curve})]
+    return pd.concat([t[["text model", *t.columns[:-1]]] for t in tables], ignore_index=True)
+
+
+@torch.no_grad()
+def style_diagnostics(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Two properties of frozen image features, before any head, that predict how well a head can align
+    them: how often a drawing's nearest neighbour among the other style's drawings (row i of ``b`` is the
+    same concept as row i of ``a``) is the same concept, and the mean cosine between drawings of one style
+    (a high value: one shared direction dominates, which a fixed-temperature loss without an image head
+    cannot remove)."""
+    a, b = F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1)
+    nearest = (a @ b.T).argmax(1) == torch.arange(len(a))
+    return {"cross_style_nearest_same": float(nearest.float().mean()), "mean_cosine": float((a @ a.T).mean())}

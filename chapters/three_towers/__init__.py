@@ -1,0 +1,64 @@
+"""The Three Towers chapter (Kossen et al., NeurIPS 2023).
+
+An image tower and a text tower trained from scratch, a frozen pretrained third tower h = linear(p(I)), four
+heads and three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). A reader opens
+:mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.concept_groups` the covered / not-covered
+analysis, :mod:`.claims` the verdicts, :mod:`.figures` the diagram. See notebooks/three_towers.py, sections
+"The three towers" and "What the comparisons say".
+"""
+from __future__ import annotations
+
+from chapters.three_towers.config import (
+    NAME,
+    Config,
+    load_config,
+)
+from chapters.three_towers.concept_groups import (
+    group_accuracy,
+    group_diagnosis,
+)
+from chapters.three_towers.experiments import (
+    RETRIEVAL_R1,
+    benchmark,
+    training_pairs,
+    feature_plan,
+    Inputs,
+    HOLDOUT_SEED,
+    held_out_rows,
+    inputs,
+    build,
+    is_ceiling,
+    test_sets,
+    evaluate,
+    fixed_budget,
+    early_stopping_settings,
+    train_and_evaluate,
+    diagnosis_protocols,
+    early_stopping_diagnosis,
+    stuck_runs,
+    CURVE_METRIC,
+    data_size_curve,
+    ablations,
+    alpha_sweep,
+)
+from chapters.three_towers.claims import (
+    shown_metrics,
+    chance,
+    chance_checks,
+    TABLE2,
+    TABLE3,
+    claims,
+    findings,
+)
+from chapters.three_towers.figures import (
+    diagram,
+)
+
+__all__ = [
+    "NAME", "Config", "load_config", "group_accuracy", "group_diagnosis", "RETRIEVAL_R1", "benchmark",
+    "training_pairs", "feature_plan", "Inputs", "HOLDOUT_SEED", "held_out_rows", "inputs", "build", "is_ceiling",
+    "test_sets", "evaluate", "fixed_budget", "early_stopping_settings", "train_and_evaluate",
+    "diagnosis_protocols", "early_stopping_diagnosis", "stuck_runs", "CURVE_METRIC", "data_size_curve",
+    "ablations", "alpha_sweep", "shown_metrics", "chance", "chance_checks", "TABLE2", "TABLE3", "claims",
+    "findings", "diagram",
+]

@@ -1,0 +1,51 @@
+"""The ViTeRB chapter: which language model's features align best with a frozen vision model, on *unseen* classes.
+
+The benchmark of Ruthardt et al. (§4-5): each dataset's classes are split into seen and unseen; a ShareLock head
+is trained on the seen classes' (image, class-text) pairs and scored on images of the unseen ones. A reader opens
+:mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data_size` the curve, :mod:`.claims` the
+verdicts. See notebooks/viterb.py, sections "Seen and unseen classes, as data" and "What reproduced, what did not".
+"""
+from __future__ import annotations
+
+from chapters.viterb.config import (
+    NAME,
+    TextKind,
+    Config,
+    load_config,
+)
+from chapters.viterb.experiments import (
+    short,
+    label,
+    family,
+    benchmark,
+    RunSpec,
+    run_specs,
+    texts_of,
+    feature_plan,
+    ChapterFeatures,
+    unseen_score,
+    train_and_score,
+    stuck_runs,
+    same_as_name,
+)
+from chapters.viterb.data_size import (
+    CURVE_KIND,
+    curve_specs,
+    data_size_curve,
+)
+from chapters.viterb.claims import (
+    PAPER_COLUMNS,
+    PAPER_TABLE_1,
+    paper_table,
+    score_table,
+    outcome,
+    claims,
+    findings,
+)
+
+__all__ = [
+    "NAME", "TextKind", "Config", "load_config", "short", "label", "family", "benchmark", "RunSpec", "run_specs",
+    "texts_of", "feature_plan", "ChapterFeatures", "unseen_score", "train_and_score", "stuck_runs", "same_as_name",
+    "CURVE_KIND", "curve_specs", "data_size_curve", "PAPER_COLUMNS", "PAPER_TABLE_1", "paper_table", "score_table",
+    "outcome", "claims", "findings",
+]

@@ -1,0 +1,67 @@
+"""The ViTeRB chapter's config: the schema of ``notebooks/configs/viterb.yaml``.
+
+See notebooks/viterb.py, section "Configuration".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from lib.core import config as configs
+from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from corpora.class_splits import FashionImages
+
+
+
+NAME = "viterb"
+
+
+TextKind = Literal["name", "description", "encyclopedia", "reference"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """``notebooks/configs/viterb.yaml``, validated field by field on load (``lib.core.config``).
+
+    ``score_datasets`` are averaged into the ViTeRB score (the paper: AWA2, CUB, FGVC-Aircraft, ImageNet+);
+    ``check_datasets`` run the same grid but are reported on their own. ``encoders`` names the text models
+    that are encoders (Table 1's "Enc." rows); the others are decoders. ``pooling_ablation``: text models
+    run again with another pooling (reported apart from the main table). ``bare_name``: also run the class
+    name without templates. ``curve_fractions``: shares of the first score dataset's training images at which
+    every text model is trained again on the class names (the data-size curve, :func:`data_size_curve`; empty:
+    none).
+    """
+
+    score_datasets: tuple[str, ...]
+    text_kinds: tuple[TextKind, ...]
+    vision: tuple[VisionModelConfig, ...]  # the first is the chapter's main image model
+    text: tuple[TextModelConfig, ...]  # the first is the main model (the shuffled-text control)
+    encoders: tuple[str, ...] = ()
+    check_datasets: tuple[str, ...] = ()
+    name_templates: Literal["imagenet80", "imagenet7", "bare"] = "imagenet80"
+    bare_name: bool = False
+    pooling_ablation: tuple[TextModelConfig, ...] = ()
+    head: HeadConfig = field(default_factory=HeadConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    fashion: FashionImages = field(default_factory=FashionImages)
+    vision_check_seeds: int = 1  # the other vision models run only the first N seeds ...
+    vision_check_kinds: tuple[TextKind, ...] = ("name", "reference")  # ... and only these text types
+    perplexity_texts: int = 200  # held-out WordNet glosses for each decoder's own perplexity
+    curve_fractions: tuple[float, ...] = ()
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        return self.score_datasets + self.check_datasets
+
+
+def load_config(name: str = "small", overrides: dict | None = None) -> Config:
+    """``small`` / ``medium`` / ``full`` of ``notebooks/configs/viterb.yaml`` (or a YAML path), validated."""
+    cfg = configs.load(NAME, name, Config, overrides)
+    names = {t.name for t in cfg.text + cfg.pooling_ablation}
+    unknown = [e for e in cfg.encoders if e not in names]
+    if unknown:
+        raise configs.ConfigError(f"{name}.encoders: {unknown[0]!r} is not a text model of this config")
+    return cfg

@@ -1,0 +1,39 @@
+"""ViTeRB's data-size curve: every language model trained again on the class names with nested shares of the
+training images, so that the decoder-vs-encoder gap is read as the data grow.
+See notebooks/viterb.py, section "More data: decoders against encoders as the training set grows".
+"""
+from __future__ import annotations
+
+from lib.core import curves
+from lib.core.results import Runs
+from corpora.class_splits import ClassBenchmark
+from chapters.viterb.config import Config
+from chapters.viterb.experiments import ChapterFeatures, RunSpec, train_and_score
+
+
+CURVE_KIND = "name"  # the curve's text type: Table 1's class-name column, the paper's headline (Llama-3 vs BERT)
+
+
+def curve_specs(cfg: Config, n_train: int) -> list[RunSpec]:
+    """The runs of the data-size curve below the whole training set: every text model on the class names of the
+    first score dataset, at each of ``curve_fractions`` of its ``n_train`` training images, every seed (the whole
+    set is the main grid's run, reused)."""
+    if not cfg.curve_fractions:
+        return []
+    dataset, main = cfg.score_datasets[0], cfg.vision[0]
+    return [RunSpec("curve", dataset, t, CURVE_KIND, main, seed, train_images=size)
+            for size in curves.sizes(n_train, cfg.curve_fractions) if size < n_train
+            for t in cfg.text for seed in cfg.seeds]
+
+
+def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures,
+                    runs: Runs) -> Runs:
+    """Decoders against encoders as the training set grows (:func:`curve_specs`; the whole-set points are the main
+    grid's runs on the same dataset and text type)."""
+    dataset = cfg.score_datasets[0]
+    curve = Runs()
+    for spec in curve_specs(cfg, len(benches[dataset].images("train"))):
+        curve.add(train_and_score(cfg, benches[dataset], feats, spec))
+    for row in runs.where(study="main", dataset=dataset, kind=CURVE_KIND):
+        curve.add(row)
+    return curve

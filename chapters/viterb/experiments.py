@@ -1,0 +1,210 @@
+"""The ViTeRB chapter's experiments: seen/unseen class benchmarks, the class texts and their stored features,
+and one run: a ShareLock head trained on the seen classes and scored on the unseen ones.
+See notebooks/viterb.py, section "Train on seen classes, score on unseen ones".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+import torch
+from lib.core import curves, features
+from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core.evaluate import mean_per_class_recall
+from lib.core.results import Runs, stuck
+from lib.core.train import fit, seed_everything
+from corpora import class_splits, class_texts, full_sets
+from corpora.class_splits import ClassBenchmark
+from corpora.class_texts import ClassTexts
+from lib.methods.class_text_pairs import ClassTextPairs
+from lib.methods.sharelock import ShareLock
+from chapters.viterb.config import Config
+
+
+def short(name: str) -> str:
+    """A model's display name: the last part of its id."""
+    return name.split("/")[-1]
+
+
+def label(cfg: Config, text: TextModelConfig) -> str:
+    """A text model's row label: its short name, with the pooling for a pooling-ablation model."""
+    return short(text.name) if text in cfg.text else f"{short(text.name)} ({text.pooling})"
+
+
+def family(cfg: Config, text: TextModelConfig) -> str:
+    return "encoder" if text.name in cfg.encoders else "decoder"
+
+
+def benchmark(cfg: Config) -> dict[str, ClassBenchmark]:
+    """Every dataset of the config (small: emoji and Fashion-MNIST; medium: the medium corpus's concepts and
+    emoji; full: the paper's four), leak-checked."""
+    out = {}
+    for dataset in cfg.datasets:
+        if dataset == "medium":
+            bench = class_splits.medium_benchmark()
+        elif dataset == "emoji":
+            bench = class_splits.emoji_benchmark()
+        elif dataset == "fashion-mnist":
+            bench = class_splits.fashion_benchmark(cfg.fashion)
+        else:
+            bench = full_sets.load_full(dataset)
+        bench.check_no_leak()
+        out[dataset] = bench
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the runs
+@dataclass(frozen=True)
+class RunSpec:
+    """One head to train: which study it belongs to, on which dataset, text model, text kind, vision model, seed."""
+
+    study: str  # main, pooling, bare name, control, vision check
+    dataset: str
+    text: TextModelConfig
+    kind: str
+    vision: VisionModelConfig
+    seed: int
+    shuffle: bool = False  # the control: class texts permuted among the seen classes
+    train_images: int | None = None  # the data-size curve: the first N of a fixed permutation of the training images
+
+
+def run_specs(cfg: Config, quick: bool = False) -> list[RunSpec]:
+    """Every head the chapter trains. ``quick``: the main grid on the first seed only (a first look)."""
+    seeds, main = (cfg.seeds[:1] if quick else cfg.seeds), cfg.vision[0]
+    out = []
+    for seed in seeds:
+        for d in cfg.datasets:
+            out += [RunSpec("main", d, t, k, main, seed) for t in cfg.text for k in cfg.text_kinds]
+            if quick:
+                continue
+            if d in cfg.score_datasets:  # the two ablations are read on the score only
+                out += [RunSpec("pooling", d, t, k, main, seed) for t in cfg.pooling_ablation for k in cfg.text_kinds]
+                out += [RunSpec("bare name", d, t, "bare-name", main, seed) for t in cfg.text if cfg.bare_name]
+            out.append(RunSpec("control", d, cfg.text[0], "name", main, seed, shuffle=True))
+    for vision in [] if quick else cfg.vision[1:]:
+        out += [RunSpec("vision check", d, t, k, vision, seed) for seed in cfg.seeds[:cfg.vision_check_seeds]
+                for d in cfg.score_datasets for t in cfg.text for k in cfg.vision_check_kinds]
+    return out
+
+
+def texts_of(cfg: Config, benches: dict[str, ClassBenchmark]) -> dict[tuple[str, str], ClassTexts]:
+    """(dataset, kind) -> the class texts of every kind any run reads."""
+    kinds = {(s.dataset, s.kind) for s in run_specs(cfg)}
+    return {(d, k): class_texts.class_texts(benches[d], k, templates=cfg.name_templates)
+            for d in cfg.datasets for k in (*class_texts.TEXT_KINDS, "bare-name") if (d, k) in kinds}
+
+
+def _text_name(text: TextModelConfig, dataset: str, kind: str) -> str:
+    return f"text:{text.name}:{text.pooling}:{dataset}/{kind}"
+
+
+def feature_plan(cfg: Config, benches: dict[str, ClassBenchmark]) -> features.Plan:
+    """Every feature the notebook reads: each vision model of a run on every image source of its dataset,
+    and each text model of a run on every text of its dataset and kind (one entry per model, dataset, kind)."""
+    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
+    texts = texts_of(cfg, benches)
+    specs = run_specs(cfg)
+    for vision in dict.fromkeys(s.vision for s in specs):
+        for dataset in dict.fromkeys(s.dataset for s in specs if s.vision == vision):
+            for source in benches[dataset].image_sources:
+                plan.add(features.image(vision, source, **store))
+    for text, dataset, kind in dict.fromkeys((s.text, s.dataset, s.kind) for s in specs):
+        found = texts[(dataset, kind)]
+        plan.add(features.text(text, found.texts, source=found.source, name=_text_name(text, dataset, kind),
+                               ids=found.ids, **store))
+    return plan
+
+
+class ChapterFeatures:
+    """The materialised plan, read by role: ``image(vision, bench)`` one row per benchmark image,
+    ``text(model, dataset, kind)`` one row per class text (owners in ``texts[(dataset, kind)].owner``)."""
+
+    def __init__(self, found: features.Features, benches: dict[str, ClassBenchmark],
+                 texts: dict[tuple[str, str], ClassTexts]) -> None:
+        self.found, self.benches, self.texts = found, benches, texts
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        if name not in self._cache:
+            self._cache[name] = self.found.tensor(name)
+        return self._cache[name]
+
+    def image(self, vision: VisionModelConfig, bench: ClassBenchmark) -> torch.Tensor:
+        key = f"image:{vision.name}:{bench.name}"
+        if key not in self._cache:
+            parts = [self._tensor(f"image:{vision.name}:{s.name}") for s in bench.image_sources]
+            self._cache[key] = torch.stack([parts[s][row] for s, row in bench.image_rows])
+        return self._cache[key]
+
+    def text(self, model: TextModelConfig, dataset: str, kind: str) -> torch.Tensor:
+        return self._tensor(_text_name(model, dataset, kind))
+
+
+@torch.no_grad()
+def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tensor, owner: Sequence[int],
+                 bench: ClassBenchmark) -> float:
+    """ViTeRB's score: mean per-class accuracy of the test images, classified among the unseen classes only.
+
+    A class's score for an image is the **mean over its texts** of the image-text cosine (the paper
+    averages class scores over all class-specific texts). The mean of dot products is the dot product with
+    the mean text embedding (unnormalised), which is computed instead: no (images x texts) matrix is built.
+    """
+    method.eval()
+    device = next(method.parameters()).device
+    unseen, test = bench.classes("unseen"), bench.images("test")
+    position = {c: i for i, c in enumerate(unseen)}
+    keep = [t for t, c in enumerate(owner) if c in position]
+    classes = torch.tensor([position[owner[t]] for t in keep], device=device)
+    embedded = method.embed_text(text_features[keep].to(device)).float()
+    means = torch.zeros(len(unseen), embedded.shape[1], device=device).index_add_(0, classes, embedded)
+    means /= torch.bincount(classes, minlength=len(unseen)).clamp_min(1)[:, None]
+    logits = method.embed_image(image_features[test].to(device)) @ means.T
+    labels = torch.tensor([position[bench.image_labels[i]] for i in test])
+    return mean_per_class_recall(logits.cpu(), labels)
+
+
+def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec) -> dict:
+    """Train a ShareLock head on the seen classes' (image, class text) pairs, early-stop on the val images,
+    score on the unseen classes. Returns the run's row for :class:`lib.core.results.Runs`."""
+    texts = feats.texts[(spec.dataset, spec.kind)]
+    text_features = feats.text(spec.text, spec.dataset, spec.kind)
+    images = feats.image(spec.vision, bench)
+    n_classes = len(bench.class_keys)
+    seed_everything(spec.seed)
+    method = ShareLock(text_features.shape[1], images.shape[1], cfg.head, cfg.loss, kind="mlp")
+    model = ClassTextPairs(method, text_features, texts.owner, n_classes, spec.seed)
+    source = torch.arange(n_classes)  # whose texts each class is trained with
+    if spec.shuffle:
+        seen = torch.tensor(bench.classes("seen"))
+        source[seen] = seen[torch.randperm(len(seen), generator=torch.Generator().manual_seed(spec.seed))]
+    labels = source[torch.tensor(bench.image_labels)]
+    train_rows, val_rows = torch.tensor(bench.images("train")), torch.tensor(bench.images("val"))
+    settings = cfg.train
+    subset = curves.nested_subset(len(train_rows), spec.train_images)
+    if subset is not None:  # a point of the data-size curve: validated once an epoch of the subset
+        train_rows, settings = train_rows[subset], curves.subset_settings(cfg.train, len(subset))
+    val_text = model.draw(labels[val_rows], torch.Generator().manual_seed(10_000 + spec.seed))
+    result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
+                 {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
+    role = "score" if spec.dataset in cfg.score_datasets else "check"
+    return {"study": spec.study, "dataset": spec.dataset, "role": role, "model": label(cfg, spec.text),
+            "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
+            "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
+            "score": unseen_score(method, images, text_features, texts.owner, bench),
+            "chance": 1 / len(bench.classes("unseen")), "best_step": result.best_step, "steps_run": result.steps_run,
+            "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
+            "train_s": round(result.seconds, 2)}
+
+
+def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
+    """Runs whose best validation step is their first evaluation (``eval_every``): a head that never improved
+    on what it knew after its first evaluation has not trained, and its score must not be reported as a
+    language model's. The shuffled-text controls are left out (they are meant not to learn)."""
+    return [r for r in runs if r["study"] != "control" and stuck(r, min(cfg.train.eval_every, cfg.train.steps))]
+
+
+def same_as_name(found: ClassTexts, bench: ClassBenchmark) -> float:
+    """Share of the classes whose every text is just the class name (a reference text that adds nothing)."""
+    alone = [True] * len(bench.class_keys)
+    for text, c in zip(found.texts, found.owner):
+        alone[c] = alone[c] and text.strip().lower() == bench.class_names[c].strip().lower()
+    return sum(alone) / len(alone)
