@@ -1,6 +1,6 @@
-"""The book's chapters, one module each, all speaking one protocol.
+"""The book's chapters: one package each, split by concept, all speaking one protocol.
 
-Every chapter module provides, in one place:
+Every chapter package provides:
 
 * ``Config`` and ``load_config(name, overrides)``: its validated config schema (``notebooks/configs/<name>.yaml``,
   sections ``small``, ``medium`` and ``full``);
@@ -9,8 +9,8 @@ Every chapter module provides, in one place:
   notebook materialises and ``python -m provision.precompute --chapter <name>`` runs, so the two cannot disagree;
 * its experiments and its claims (verdicts by :data:`lib.core.results.RULE`).
 
-A chapter never imports another chapter (tests/test_layout.py): what two chapters share lives in
-``lib.core``, ``lib.data``, ``lib.nn`` or ``lib.methods``. See book/intro.md for the map.
+A chapter never imports another chapter (tests/test_layout.py): what two chapters share lives in the library
+(``lib``) or the corpora (``corpora``). See book/design.md, "Three parts".
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ NAMES = ("sharelock", "viterb", "flame", "three_towers", "fdt")
 
 
 def get(name: str) -> ModuleType:
-    """The chapter module ``chapters.<name>``."""
+    """The chapter package ``chapters.<name>``."""
     if name not in NAMES:
         raise KeyError(f"unknown chapter {name!r}; the chapters are {', '.join(NAMES)}")
     return importlib.import_module(f"chapters.{name}")

@@ -1,7 +1,7 @@
 """Dataset manifests: where each dataset comes from, its licence, its files and their checksums.
 
 Why: a number is only reproducible if the bytes behind it are. Every dataset the book reads has a
-YAML file in ``data_manifests/``; its hash enters every feature-store key built from the dataset,
+YAML file in ``data_manifests/``; its content hash enters every feature-store key built from the dataset,
 and a missing or altered file stops the run with a message that says where to get it and where
 to put it.
 
@@ -10,6 +10,7 @@ See notebooks/viterb.py, section "Seen and unseen classes, as data".
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -39,9 +40,23 @@ def load(name: str) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
+# Keys that tell a person how to get or rebuild the files, never what the files are: editing them (or a comment)
+# keeps every stored feature. Everything else (files, checksums, splits, settings) is the dataset's identity.
+INSTRUCTION_KEYS = frozenset({"description", "obtain", "made_by"})
+
+
+def _identity(value):
+    if isinstance(value, dict):
+        return {k: _identity(v) for k, v in value.items() if k not in INSTRUCTION_KEYS}
+    if isinstance(value, list):
+        return [_identity(v) for v in value]
+    return value
+
+
 def manifest_hash(name: str) -> str:
-    """sha256 of the manifest file: part of every store key built from this dataset."""
-    return hashlib.sha256(manifest_path(name).read_bytes()).hexdigest()
+    """sha256 of the manifest's content (canonical JSON, without comments and :data:`INSTRUCTION_KEYS`): part of
+    every store key built from this dataset."""
+    return hashlib.sha256(json.dumps(_identity(load(name)), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def location(name: str) -> Path:

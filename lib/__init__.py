@@ -1,17 +1,15 @@
 """Language-image pre-training on frozen features: the library behind the book.
 
-Layers, each importing only the ones above it in this list (tests/test_layout.py checks it):
+What a researcher imports, in layers, each importing only the ones above it (tests/test_layout.py checks it):
 
-* ``lib.core``: the infrastructure no paper owns: validated configs, frozen encoders, the cached-feature
-  store and the feature plans it serves, one training loop, zero-shot and retrieval metrics, results;
-* ``lib.data``: the datasets (emoji, Fashion-MNIST, WordNet, the full configs' loaders) and manifests;
+* ``lib.core``: validated configs, frozen encoders, the cached-feature store and the feature plans it serves,
+  one training loop, zero-shot and retrieval metrics, results and the comparison rule;
+* ``lib.data``: decoding an image safely, the resident pixel cache;
 * ``lib.nn``: building blocks: heads, every loss, sparsemax, towers trained from scratch;
-* ``lib.methods``: the papers' methods (ShareLock, FLAME, Three Towers, FDT), importable on their own;
-* ``chapters``: one module per chapter of the book: its config schema, benchmark, feature plan,
-  experiments and claims (a chapter never imports another chapter);
-* ``provision.precompute``: a chapter's feature plan on one process or many.
+* ``lib.methods``: the papers' methods (ShareLock, FLAME, Three Towers, FDT, LiT), importable on their own.
 
-See ``book/intro.md`` for the map and book/design.md for the store.
+The book's experiments (``chapters``), its data (``corpora``) and its set-up tools (``provision``) live beside
+the library and are never imported by it. See book/design.md, "Three parts".
 """
 import warnings as _warnings
 

@@ -116,6 +116,7 @@ from chapters import viterb
 from lib.core import config as configs
 from chapters import notebook
 from lib.core import curves, features, paths, ranks
+from lib.core.capability import capability
 from lib.core.results import RULE, Runs, write_metrics, findings_table
 from lib.core.results import stuck as is_stuck
 from lib.core.store import FeatureStore
@@ -496,7 +497,7 @@ if curve is not None:
 
 # %%
 held_out = wordnet.sample_glosses(cfg.perplexity_texts, seed=0)
-capability_rows = [{**viterb.capability(t.name, held_out, causal=viterb.family(cfg, t) == "decoder",
+capability_rows = [{**capability(t.name, held_out, causal=viterb.family(cfg, t) == "decoder",
                                         device=cfg.device), "label": viterb.label(cfg, t),
                     "family": viterb.family(cfg, t)} for t in cfg.text]
 perplexity = {row["label"]: row["perplexity"] for row in capability_rows}
@@ -514,7 +515,7 @@ capabilities
 decoder_labels = {row["label"] for row in capability_rows if row["family"] == "decoder"}
 measures = {"parameter count (decoders)": {m: v for m, v in params.items() if m in decoder_labels},
             "minus perplexity (decoders)": {m: -p for m, p in perplexity.items() if p is not None}}
-correlations = {name: viterb.rank_correlation(runs, values, study="main", role="score")
+correlations = {name: ranks.rank_correlation(runs, values, study="main", role="score")
                 for name, values in measures.items() if len(values) >= 3}
 print(ranks.RANK_RULE)
 pd.DataFrame([{"capability measure": name, "models": len(c["models"]), "Spearman rho (seed means)": round(c["rho"], 2),

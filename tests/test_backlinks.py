@@ -3,7 +3,8 @@
 * Every back-link in `lib` (``notebooks/<chapter>.py, section "<heading>"``, or ``sections "<a>" and
   "<b>"``) names a heading that exists in that chapter, so renaming a section breaks a test, not a
   reader's trail.
-* Every `lib` module's docstring has at least one back-link (or names a page under ``book/``).
+* Every module's docstring (the library, the chapters, the corpora, the set-up tools) has at least one
+  back-link (or names a page under ``book/``).
 * Every chapter ends with "What to try next", and every ``lib.<module>.<name>`` it names exists and
   is documented with a back-link (its own docstring or its module's).
 """
@@ -16,11 +17,15 @@ from pathlib import Path
 
 import pytest
 
+import chapters
+import corpora
 import lib
+import provision
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.py"))
-MODULES = sorted(m.name for m in pkgutil.walk_packages(lib.__path__, "lib.") if not m.ispkg)
+MODULES = sorted(m.name for package in (lib, chapters, corpora, provision)
+                 for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.") if not m.ispkg)
 # notebooks/<chapter>.py[``], section(s) "<title>"[, "<title>"][ and "<title>"]
 BACKLINK = re.compile(r'notebooks/(\w+)\.py`{0,2},?\s+sections?\s+((?:"[^"]+"(?:,\s*|\s+and\s+)?)+)')
 

@@ -2,7 +2,6 @@
 local-folder path (``<split>.jsonl`` pairs, one folder per class), exercised on temp folders."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -90,14 +89,14 @@ def _pairs_manifest(location):
 
 def test_jsonl_pairs_reads_rows_in_file_order(manifest_dir, pair_folder):
     folder, rows, picks = pair_folder
-    manifest = manifest_dir("toy-pairs", _pairs_manifest(folder))
+    manifest_dir("toy-pairs", _pairs_manifest(folder))
     pairs = jsonl_pairs("toy-pairs", "train")
     assert pairs.ids == tuple(r["image"] for r in rows)
     assert pairs.captions == tuple(r["caption"] for r in rows)
     assert len(pairs) == 4 and pairs.name == "toy-pairs-train"
     for i, c in enumerate(picks):
         assert pairs.load_image(i).tobytes() == Image.open(c.images["google"]).tobytes()
-    assert pairs.source == {"dataset": "toy-pairs", "manifest": hashlib.sha256(manifest.read_bytes()).hexdigest(),
+    assert pairs.source == {"dataset": "toy-pairs", "manifest": manifests.manifest_hash("toy-pairs"),
                             "split": "train"}
     assert jsonl_pairs("toy-pairs", "train", limit=2).captions == tuple(r["caption"] for r in rows[:2])
 
@@ -273,7 +272,7 @@ def test_files_are_read_as_utf8_under_a_non_utf8_locale(manifest_dir, pair_folde
     lines = [json.dumps({**r, "caption": r["caption"] + " \u00e9t\u00e9 \u2615"}, ensure_ascii=False) for r in rows]
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     script = (
-        "import locale; from lib.data import manifests, emoji; from corpora.datasets import jsonl_pairs\n"
+        "import locale; from corpora import manifests, emoji; from corpora.datasets import jsonl_pairs\n"
         "assert locale.getpreferredencoding(False).lower() in ('ansi_x3.4-1968', 'ascii', 'us-ascii'), "
         "locale.getpreferredencoding(False)\n"
         "assert any(c.names.get('ja') for c in emoji.load_concepts())\n"

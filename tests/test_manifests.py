@@ -32,9 +32,24 @@ def test_imagenet_manifest_classes_align():
     assert manifest["class_dirs"][0] == "n01440764" and manifest["classes"][0] == "tench"
 
 
-def test_manifest_hash_is_sha256_of_the_file():
-    path = manifests.manifest_path("emoji")
-    assert manifest_hash("emoji") == hashlib.sha256(path.read_bytes()).hexdigest()
+def test_manifest_hash_is_its_content_not_its_prose(tmp_path, monkeypatch):
+    """Comments and instructions (how to obtain or rebuild) keep the stored features; a checksum or a split moves
+    them."""
+    text = manifests.manifest_path("emoji").read_text(encoding="utf-8")
+    monkeypatch.setattr(manifests, "MANIFEST_DIR", tmp_path)
+
+    def hash_of(body: str) -> str:
+        (tmp_path / "emoji.yaml").write_text(body, encoding="utf-8")
+        manifests.load.cache_clear()
+        return manifest_hash("emoji")
+
+    try:
+        base = hash_of(text)
+        assert len(base) == 64 and base == hash_of("# a new comment\n" + text)
+        assert base == hash_of(text.replace("made_by: python -m corpora.emoji", "made_by: python -m elsewhere"))
+        assert base != hash_of(text.replace("fb5fd131", "fb5fd132"))  # a file's sha256 is identity
+    finally:
+        manifests.load.cache_clear()
 
 
 def test_real_file_verifies():

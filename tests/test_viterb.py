@@ -14,6 +14,8 @@ import yaml
 from conftest import chapter_metrics
 
 from chapters import viterb
+from chapters.viterb import verdicts as viterb_claims
+from lib.methods.class_text_pairs import ClassTextPairs
 from lib.core.checksums import file_sha256
 from lib.core.results import Runs
 from corpora import class_splits, class_texts, full_sets, manifests, wordnet
@@ -248,14 +250,14 @@ def test_class_score_is_the_mean_of_its_texts_scores():
 def test_training_draws_each_text_of_its_class_uniformly():
     owner = [1, 0, 1, 1, 2]  # rows out of class order on purpose
     features = torch.arange(len(owner), dtype=torch.float32)[:, None].repeat(1, 4)
-    pairs = viterb.ClassTextPairs(_Identity(), features, owner, n_classes=3, seed=0)
+    pairs = ClassTextPairs(_Identity(), features, owner, n_classes=3, seed=0)
     labels = torch.tensor([1] * 3000 + [0] * 10 + [2] * 10)
     drawn = pairs.draw(labels)[:, 0].long()
     assert set(drawn[:3000].tolist()) == {0, 2, 3} and set(drawn[3000:3010].tolist()) == {1}
     assert set(drawn[3010:].tolist()) == {4}
     counts = torch.bincount(drawn[:3000], minlength=5)[[0, 2, 3]].float()
     assert (counts / 3000 - 1 / 3).abs().max() < 0.04
-    first = viterb.ClassTextPairs(_Identity(), features, owner, n_classes=3, seed=0).draw(labels)
+    first = ClassTextPairs(_Identity(), features, owner, n_classes=3, seed=0).draw(labels)
     assert torch.equal(first, drawn[:, None].float().repeat(1, 4))  # seeded: the same draws for the same seed
     batch = {"image": torch.randn(3, 4), "text": torch.randn(3, 4)}
     assert pairs.loss(batch).ndim == 0  # a batch that carries its texts is used as is
@@ -336,8 +338,8 @@ def test_claims_follow_the_rule():
     flipped = {c.id: c for c in viterb.claims(cfg, _runs([0.10, 0.11, 0.12], [0.30, 0.31, 0.29]), {})}
     assert (flipped["decoders_beat_encoders"].verdict == "not reproduced"
             and "capability_predicts_alignment" not in flipped)
-    assert (viterb._paper_mean(["Dec."]) == pytest.approx(511.9 / 12)
-            and viterb._paper_mean(["Enc."]) == pytest.approx(562.9 / 16))
+    assert (viterb_claims._paper_mean(["Dec."]) == pytest.approx(511.9 / 12)
+            and viterb_claims._paper_mean(["Enc."]) == pytest.approx(562.9 / 16))
 
 
 def test_split_diagram_is_drawn_from_the_benchmarks(small):

@@ -10,6 +10,7 @@ import pytest
 from test_medium_data import _need_medium
 
 from chapters import viterb
+from lib.core.ranks import rank_correlation
 from lib.core.results import Runs
 from corpora import class_texts
 
@@ -89,9 +90,9 @@ def _runs(scores: dict[str, list[float]], best_step=50, study="main"):
 
 def test_rank_correlation_reads_every_seed():
     runs = _runs({"dec-s": [0.1, 0.11, 0.1], "dec-m": [0.2, 0.19, 0.21], "enc-l": [0.3, 0.31, 0.29]})
-    up = viterb.rank_correlation(runs, {"dec-s": 1, "dec-m": 2, "enc-l": 3}, study="main")
+    up = rank_correlation(runs, {"dec-s": 1, "dec-m": 2, "enc-l": 3}, study="main")
     assert up["rho"] == pytest.approx(1.0) and up["per_seed"] == pytest.approx([1.0, 1.0, 1.0])
-    down = viterb.rank_correlation(runs, {"dec-s": 3, "dec-m": 2, "enc-l": 1}, study="main")
+    down = rank_correlation(runs, {"dec-s": 3, "dec-m": 2, "enc-l": 1}, study="main")
     assert down["rho"] == pytest.approx(-1.0)
     cfg = viterb.load_config("medium")
     # the size question is asked within the decoders: the encoder is left out, and two decoders are too few

@@ -594,7 +594,7 @@ def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
     articles, files are registered through corpora.class_texts.write_class_texts as a user's files would be."""
     run([python, "-m", "tools.generate_class_texts", "--dataset", "awa2", "--kind", "all", "--model",
          "meta-llama/Meta-Llama-3-8B-Instruct"], env, cwd, "generate class texts (awa2)", timeout=900)
-    script = ("from lib.data import class_texts\n"
+    script = ("from corpora import class_texts\n"
               "for d in ('awa2', 'cub', 'fgvc-aircraft', 'imagenet-plus'):\n"
               "    names = class_texts.generation_classes(d)\n"
               "    kinds = ['reference'] if d != 'imagenet-plus' else []\n"

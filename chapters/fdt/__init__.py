@@ -2,7 +2,7 @@
 
 Patch and token features matched against the codebook (:class:`lib.methods.fdt.FDTHead`), compared with a pooled
 CLIP-style head on the same frozen patch and token features. A reader opens :mod:`.experiments` first;
-:mod:`.config` is the YAML's schema, :mod:`.checks` the curve and the stuck/chance checks, :mod:`.claims` the
+:mod:`.config` is the YAML's schema, :mod:`.checks` the curve and the stuck/chance checks, :mod:`.verdicts` the
 verdicts, :mod:`.figures` the diagram. See notebooks/fdt.py, sections "The FDT head" and "What reproduced, what did
 not".
 """
@@ -41,7 +41,7 @@ from chapters.fdt.checks import (
     above_chance,
     diagnose,
 )
-from chapters.fdt.claims import (
+from chapters.fdt.verdicts import (
     claims,
     findings,
 )

@@ -3,7 +3,7 @@
 An image-side MLP trained into the LLM's space (:class:`lib.methods.flame.Flame`) with Eq. 1 or the official
 multi-positive sigmoid loss, against a ShareLock head on plain features of the same captions and a text tower
 trained from scratch. The medium config is a :class:`MediumConfig`; every function takes either config. A reader
-opens :mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data` what is read, :mod:`.claims` the
+opens :mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data` what is read, :mod:`.verdicts` the
 verdicts, :mod:`.figures` the facet mask and tables. See notebooks/flame.py, sections "Facet-decoupled attention"
 and "What reproduced, what did not".
 """
@@ -43,7 +43,7 @@ from chapters.flame.data_size import (
     curve_frame,
     curve_trend,
 )
-from chapters.flame.claims import (
+from chapters.flame.verdicts import (
     claims,
     main_runs,
     coincidences,

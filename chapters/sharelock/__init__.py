@@ -3,7 +3,7 @@
 Frozen DINOv2 image features, frozen decoder-LLM last-token text features, a 4-layer MLP on the text side
 (:class:`lib.methods.sharelock.ShareLock`) trained with the CLIP loss at a fixed temperature, against LiT (a
 pretrained text encoder tuned on the same locked image features). A reader opens :mod:`.experiments` first;
-:mod:`.config` is the YAML's schema, :mod:`.claims` the verdicts, :mod:`.figures` the method diagram.
+:mod:`.config` is the YAML's schema, :mod:`.verdicts` the verdicts, :mod:`.figures` the method diagram.
 See notebooks/sharelock.py, sections "The data", "The projection head", "Training the head" and
 "What reproduced, what did not".
 """
@@ -35,7 +35,7 @@ from chapters.sharelock.experiments import (
     curve_frame,
     style_diagnostics,
 )
-from chapters.sharelock.claims import (
+from chapters.sharelock.verdicts import (
     claims,
     findings,
     head_comparison,

@@ -3,7 +3,7 @@
 An image tower and a text tower trained from scratch, a frozen pretrained third tower h = linear(p(I)), four
 heads and three contrastive terms (:class:`lib.methods.three_towers.ThreeTowers`). A reader opens
 :mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.concept_groups` the covered / not-covered
-analysis, :mod:`.claims` the verdicts, :mod:`.figures` the diagram. See notebooks/three_towers.py, sections
+analysis, :mod:`.verdicts` the verdicts, :mod:`.figures` the diagram. See notebooks/three_towers.py, sections
 "The three towers" and "What the comparisons say".
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from chapters.three_towers.experiments import (
     ablations,
     alpha_sweep,
 )
-from chapters.three_towers.claims import (
+from chapters.three_towers.verdicts import (
     shown_metrics,
     chance,
     chance_checks,

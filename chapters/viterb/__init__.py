@@ -2,7 +2,7 @@
 
 The benchmark of Ruthardt et al. (§4-5): each dataset's classes are split into seen and unseen; a ShareLock head
 is trained on the seen classes' (image, class-text) pairs and scored on images of the unseen ones. A reader opens
-:mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data_size` the curve, :mod:`.claims` the
+:mod:`.experiments` first; :mod:`.config` is the YAML's schema, :mod:`.data_size` the curve, :mod:`.verdicts` the
 verdicts. See notebooks/viterb.py, sections "Seen and unseen classes, as data" and "What reproduced, what did not".
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from chapters.viterb.data_size import (
     curve_specs,
     data_size_curve,
 )
-from chapters.viterb.claims import (
+from chapters.viterb.verdicts import (
     PAPER_COLUMNS,
     PAPER_TABLE_1,
     paper_table,
