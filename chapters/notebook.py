@@ -3,7 +3,7 @@
 Why a module: the five chapters open with the same settings (the offline configs never touch the Hugging
 Face hub; ``OMP_NUM_THREADS`` decides the torch threads on a shared machine; one legible figure style).
 Written once here, a chapter cannot drift from the others. A chapter ends with
-:func:`lib.core.results.write_metrics`. See notebooks/sharelock.py, section "Configuration".
+:func:`chapters.metrics.write_metrics`. See notebooks/sharelock.py, section "Configuration".
 """
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """Language-image pre-training on frozen features: the library behind the book.
 
-What a researcher imports, in layers, each importing only the ones above it (tests/test_layout.py checks it):
-
-* ``lib.core``: validated configs, frozen encoders, the cached-feature store and the feature plans it serves,
-  one training loop, zero-shot and retrieval metrics, results and the comparison rule;
-* ``lib.data``: decoding an image safely, the resident pixel cache;
-* ``lib.nn``: building blocks: heads, every loss, sparsemax, towers trained from scratch;
-* ``lib.methods``: the papers' methods (ShareLock, FLAME, Three Towers, FDT, LiT), importable on their own.
-
-The book's experiments (``chapters``), its data (``corpora``) and its set-up tools (``provision``) live beside
-the library and are never imported by it. See book/design.md, "Three parts".
+What a researcher imports, in layers, each importing only the ones above it: ``lib.core`` (configs, encoders,
+the feature store, training, evaluation, results), ``lib.data``, ``lib.nn`` (heads, losses, towers) and
+``lib.methods`` (ShareLock, FLAME, Three Towers, FDT, LiT). The book's experiments, data and set-up tools live
+beside it and are never imported by it. See book/design.md, "Three parts".
 """
 import warnings as _warnings
 

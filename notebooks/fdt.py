@@ -111,9 +111,11 @@ from matplotlib.ticker import MaxNLocator
 from chapters import fdt
 from lib.core import config as configs
 from provision.preflight import require
+from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import features, paths
-from lib.core.results import RULE, write_metrics, findings_table
+from lib.core.results import RULE
+from chapters.metrics import findings_table, write_metrics
 from lib.core.store import FeatureStore
 from lib.methods import fdt as fdt_method
 from lib.nn.sparsemax import sparsemax, sparsemax_threshold
@@ -128,7 +130,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # with one line naming the field and the allowed values.
 
 # %%
-changes = configs.parameter_overrides(seeds=seeds, overrides=overrides)
+changes = chapter_configs.parameter_overrides(seeds=seeds, overrides=overrides)
 cfg = fdt.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("fdt", config, overrides=changes)

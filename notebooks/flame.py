@@ -110,10 +110,12 @@ import torch
 from chapters import flame
 from lib.core import config as configs
 from provision.preflight import require
+from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import features, paths
 from lib.core.facets import clean_caption, decoupled_inputs
-from lib.core.results import RULE, Runs, compare, versus, write_metrics, findings_table
+from lib.core.results import RULE, Runs, compare, versus
+from chapters.metrics import findings_table, write_metrics
 from lib.core.store import FeatureStore
 from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, FlameProjector, official_caption
 from lib.nn.losses import facet_clip_loss, multi_positive_sigmoid_loss
@@ -129,7 +131,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # feature store's key. The facets of this run:
 
 # %%
-changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, limit=limit,
+changes = chapter_configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, limit=limit,
                                       overrides=overrides)
 medium = config == "medium"
 cfg = flame.load_config(config, changes)

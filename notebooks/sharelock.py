@@ -102,11 +102,13 @@ import torch
 
 from chapters import sharelock
 from lib.core import config as configs
+from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import features, paths
 from lib.core.clip_model import FrozenFeatureCLIP
 from lib.core.evaluate import zero_shot
-from lib.core.results import RULE, Runs, write_metrics, findings_table
+from lib.core.results import RULE, Runs
+from chapters.metrics import findings_table, write_metrics
 from lib.core.store import FeatureStore
 from provision.preflight import require
 from lib.methods.lit import LiT
@@ -123,7 +125,7 @@ started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure sty
 # stops here with one line naming the field, not an hour into a precompute.
 
 # %%
-changes = configs.parameter_overrides(seeds=seeds, limit=limit, overrides=overrides)
+changes = chapter_configs.parameter_overrides(seeds=seeds, limit=limit, overrides=overrides)
 cfg = sharelock.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("sharelock", config, overrides=changes)

@@ -116,9 +116,11 @@ import torch
 from chapters import three_towers
 from lib.core import config as configs
 from provision.preflight import require
+from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import curves, features, paths
-from lib.core.results import RULE, Runs, write_metrics, findings_table
+from lib.core.results import RULE, Runs
+from chapters.metrics import findings_table, write_metrics
 from lib.core.store import FeatureStore
 from lib.methods import three_towers as tt
 
@@ -131,7 +133,7 @@ started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figur
 # any work starts (`chapters.three_towers.Config`): a wrong field stops the run with one line naming it.
 
 # %%
-changes = configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, overrides=overrides)
+changes = chapter_configs.parameter_overrides(seeds=[0] if quick and seeds is None else seeds, overrides=overrides)
 cfg = three_towers.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("three_towers", config, overrides=changes)

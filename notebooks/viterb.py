@@ -114,10 +114,11 @@ import seaborn as sns
 
 from chapters import viterb
 from lib.core import config as configs
+from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import curves, features, paths, ranks
-from lib.core.capability import capability
-from lib.core.results import RULE, Runs, write_metrics, findings_table
+from lib.core.results import RULE, Runs
+from chapters.metrics import findings_table, write_metrics
 from lib.core.results import stuck as is_stuck
 from lib.core.store import FeatureStore
 from corpora import class_splits, class_texts, manifests, wordnet
@@ -133,7 +134,7 @@ started = notebook.setup(config)  # offline configs, OMP_NUM_THREADS, figure sty
 # chapter's settings, so their image features come from the store instead of being recomputed.
 
 # %%
-changes = configs.parameter_overrides(seeds=seeds, overrides=overrides)
+changes = chapter_configs.parameter_overrides(seeds=seeds, overrides=overrides)
 cfg = viterb.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("viterb", config, overrides=changes)
@@ -484,7 +485,7 @@ if curve is not None:
 # the **parameter count** within the decoders (pooling encoders with decoders would mix this question with the
 # decoder-vs-encoder claim above, so the encoders are drawn for reference but left out of the correlation), and
 # for the decoders their own **perplexity** on held-out text, 200 WordNet definitions
-# drawn at random (seeded) from the 82k noun synsets (`lib.core.capability.capability`; lower is better).
+# drawn at random (seeded) from the 82k noun synsets (`chapters.viterb.model_capability.capability`; lower is better).
 # An encoder has no comparable left-to-right likelihood, so it gets no perplexity and appears on the size
 # axis only. The offline Qwen2.5-Coder-0.5B checkpoint has no output layer; the model ties it to its input
 # embeddings, so the perplexity is computed with that tie (the table says so; untied, transformers would
@@ -497,7 +498,7 @@ if curve is not None:
 
 # %%
 held_out = wordnet.sample_glosses(cfg.perplexity_texts, seed=0)
-capability_rows = [{**capability(t.name, held_out, causal=viterb.family(cfg, t) == "decoder",
+capability_rows = [{**viterb.capability(t.name, held_out, causal=viterb.family(cfg, t) == "decoder",
                                         device=cfg.device), "label": viterb.label(cfg, t),
                     "family": viterb.family(cfg, t)} for t in cfg.text]
 perplexity = {row["label"]: row["perplexity"] for row in capability_rows}
@@ -690,7 +691,7 @@ if "emoji" in benches:  # small and medium (the full config has the paper's four
 #
 # * `chapters.viterb.train_and_score` trains `lib.methods.sharelock.ShareLock(kind="mlp")`; with a
 #   linear head (`lib.nn.heads.LinearHead`) it asks how much of the ranking comes from the head's depth.
-# * `lib.core.capability.capability`: add a language model of your own to `text:` in
+# * `chapters.viterb.model_capability.capability`: add a language model of your own to `text:` in
 #   `notebooks/configs/viterb.yaml` and see where it lands on the capability plot.
 # * `corpora.class_texts.generate_texts` (through `tools/generate_class_texts.py --per-class 5`): several
 #   descriptions per class, as the paper generates them, and whether "richer text helps" once there are more.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from chapters import configs as chapter_configs
 from lib.core import config as configs
 from lib.core.atomic import write_bytes
 from lib.core.models import hub_commit, is_hub_id
@@ -92,7 +93,7 @@ def pin(chapter: str, section: str = "full", path: Path | None = None, dry_run: 
     import chapters
 
     module = chapters.get(chapter)
-    path = Path(path) if path else configs.CONFIG_DIR / f"{chapter}.yaml"
+    path = Path(path) if path else chapter_configs.CONFIG_DIR / f"{chapter}.yaml"
     text = path.read_text(encoding="utf-8")
     cfg = configs.build(module.Config, yaml.safe_load(text)[section], where=section)
     models = {m.name: m.revision for m in hub_models(cfg)}

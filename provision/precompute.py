@@ -49,7 +49,8 @@ def load_plan(chapter: str, config: str = "small", *, limit: int | None = None, 
               shard_rows: int | None = None, overrides=None) -> tuple[object, Plan]:
     """The chapter's validated config and its feature plan (the notebook's), or one actionable line."""
     import chapters
-    from lib.core.config import ConfigError, parameter_overrides
+    from chapters.configs import parameter_overrides
+    from lib.core.config import ConfigError
     from corpora import manifests
 
     if chapter not in chapters.NAMES:

@@ -370,7 +370,8 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
           device: str | None = None) -> Report:
     """Check a chapter's run of ``config``; never raises for a problem of the run (see :func:`require`)."""
     import chapters
-    from lib.core.config import ConfigError, parameter_overrides
+    from chapters.configs import parameter_overrides
+    from lib.core.config import ConfigError
     from corpora import manifests
     from provision import prepare
 

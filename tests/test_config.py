@@ -9,9 +9,10 @@ import yaml
 
 from lib.core import config
 from chapters.sharelock import Config as ShareLockConfig
-from lib.core.config import ConfigError, HeadConfig, TextModelConfig, TrainSettings, build, load, parameter_overrides
+from chapters.configs import CONFIG_DIR, load, parameter_overrides
+from lib.core.config import ConfigError, HeadConfig, TextModelConfig, TrainSettings, build
 
-RAW = yaml.safe_load((config.CONFIG_DIR / "sharelock.yaml").read_text())
+RAW = yaml.safe_load((CONFIG_DIR / "sharelock.yaml").read_text())
 
 
 def _plain(value):

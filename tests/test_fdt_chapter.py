@@ -17,7 +17,8 @@ from conftest import chapter_metrics
 
 from chapters import fdt
 from lib.core.config import ConfigError
-from lib.core.results import SCHEMA, VERDICTS, Runs
+from chapters.metrics import SCHEMA
+from lib.core.results import VERDICTS, Runs
 
 
 @pytest.fixture(scope="module")

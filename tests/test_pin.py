@@ -2,6 +2,8 @@
 by loading the section again; nothing written when a commit is unknown."""
 from __future__ import annotations
 
+from chapters import configs as chapter_configs
+
 import shutil
 
 import pytest
@@ -28,7 +30,7 @@ def _cache(root, names):
 def test_every_hub_model_of_the_full_config_is_pinned_and_nothing_else_changes(chapter, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    source = configs.CONFIG_DIR / f"{chapter}.yaml"
+    source = chapter_configs.CONFIG_DIR / f"{chapter}.yaml"
     copy = tmp_path / source.name
     shutil.copyfile(source, copy)
     module = chapters.get(chapter)
@@ -63,7 +65,7 @@ def test_an_unknown_commit_writes_nothing_and_names_the_model(tmp_path, monkeypa
     from huggingface_hub import constants
 
     copy = tmp_path / "sharelock.yaml"
-    shutil.copyfile(configs.CONFIG_DIR / "sharelock.yaml", copy)
+    shutil.copyfile(chapter_configs.CONFIG_DIR / "sharelock.yaml", copy)
     before = copy.read_bytes()
     _cache(tmp_path / "hf", ["facebook/dinov2-base"])  # Llama-3-8B is not cached and the hub is off
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))

@@ -7,6 +7,8 @@ for exact values; these check what must hold for *every* input.
 """
 from __future__ import annotations
 
+from chapters import configs as chapter_configs
+
 import copy
 import math
 import re
@@ -22,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lib.core import config, store
+from lib.core import store
 from chapters.sharelock import Config as ShareLockConfig
 from lib.core.config import ConfigError, build
 from lib.core.encoders import first_token_index, last_token_index, pool
@@ -248,7 +250,7 @@ def test_store_round_trip_is_bit_exact_for_any_shape_dtype_and_shard_size(case, 
 
 # ------------------------------------------------------------------------------------------ config loader
 
-RAW = yaml.safe_load((config.CONFIG_DIR / "sharelock.yaml").read_text())
+RAW = yaml.safe_load((chapter_configs.CONFIG_DIR / "sharelock.yaml").read_text())
 # What a YAML file can hold: scalars, lists, mappings -- short of the known gaps at the end of this file
 # (unbounded integers, non-string keys, nan/inf), which have their own strict-xfail tests.
 yaml_scalars = (st.none() | st.booleans() | st.integers(-10**6, 10**6)

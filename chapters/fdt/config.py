@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
-from lib.core import config as configs
+from chapters import configs as chapter_configs
 from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
 from lib.methods.fdt import (OFFICIAL)
@@ -128,4 +128,4 @@ class Config:
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` / ``full`` of ``notebooks/configs/fdt.yaml`` (or a YAML path), validated."""
-    return configs.load(NAME, name, Config, overrides)
+    return chapter_configs.load(NAME, name, Config, overrides)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
-from lib.core import config as configs
+from chapters import configs as chapter_configs
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.facets import FLAME_TEMPLATE, FacetConfig
 from corpora import emoji
@@ -82,7 +82,7 @@ class Config:
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` (a :class:`MediumConfig`) / ``full`` of the YAML, validated."""
-    return configs.load(NAME, name, MediumConfig if name == "medium" else Config, overrides)
+    return chapter_configs.load(NAME, name, MediumConfig if name == "medium" else Config, overrides)
 
 
 SUBSET_SEED = curves.SUBSET_SEED  # the permutation of every split's rows (the data-size curves' seed)

@@ -5,7 +5,7 @@ See notebooks/sharelock.py, section "Configuration".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from lib.core import config as configs
+from chapters import configs as chapter_configs
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
 
@@ -53,4 +53,4 @@ class Config:
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` / ``full`` of ``notebooks/configs/sharelock.yaml`` (or a YAML path), validated."""
-    return configs.load(NAME, name, Config, overrides)
+    return chapter_configs.load(NAME, name, Config, overrides)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
-from lib.core import config as configs, curves
+from lib.core import curves
+from chapters import configs as chapter_configs
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig
@@ -73,4 +74,4 @@ class Config:
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` / ``full`` of ``notebooks/configs/three_towers.yaml`` (or a YAML path), validated."""
-    return configs.load(NAME, name, Config, overrides)
+    return chapter_configs.load(NAME, name, Config, overrides)

@@ -33,6 +33,9 @@ from chapters.viterb.data_size import (
     curve_specs,
     data_size_curve,
 )
+from chapters.viterb.model_capability import (
+    capability,
+)
 from chapters.viterb.verdicts import (
     PAPER_COLUMNS,
     PAPER_TABLE_1,
@@ -44,6 +47,7 @@ from chapters.viterb.verdicts import (
 )
 
 __all__ = [
+    "capability",
     "NAME", "TextKind", "Config", "load_config", "short", "label", "family", "benchmark", "RunSpec", "run_specs",
     "texts_of", "feature_plan", "ChapterFeatures", "unseen_score", "train_and_score", "stuck_runs", "same_as_name",
     "CURVE_KIND", "curve_specs", "data_size_curve", "PAPER_COLUMNS", "PAPER_TABLE_1", "paper_table", "score_table",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 from lib.core import config as configs
+from chapters import configs as chapter_configs
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.class_splits import FashionImages
 
@@ -59,7 +60,7 @@ class Config:
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` / ``full`` of ``notebooks/configs/viterb.yaml`` (or a YAML path), validated."""
-    cfg = configs.load(NAME, name, Config, overrides)
+    cfg = chapter_configs.load(NAME, name, Config, overrides)
     names = {t.name for t in cfg.text + cfg.pooling_ablation}
     unknown = [e for e in cfg.encoders if e not in names]
     if unknown:

@@ -1,9 +1,7 @@
 """Write-then-rename helpers: nothing half-written is ever where a reader would take it as complete.
 
-Why: a crash (or Ctrl-C in a notebook) in the middle of writing a converted model or a data file
-would otherwise leave a file or folder that the next run happily loads. Writing beside the target and
-renaming with ``os.replace`` makes the target appear whole or not at all.
-
+Why: a crash in the middle of writing a converted model or a data file would otherwise leave a file that the
+next run happily loads.
 See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline" (the store
 writes every shard this way).
 """

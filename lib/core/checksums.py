@@ -1,11 +1,8 @@
 """Checksums of files: sha256 where a hash is an *identity*, XXH3-128 where it only guards against damage.
 
-sha256 identifies every artefact of the book (data files, class splits, model weights, store keys): a
-cryptographic hash, so two different files never share one. The feature store's per-shard integrity
-check only has to notice accidental damage (a flipped bit, a truncated or overwritten file), and it runs
-on every first read of every shard, so it uses XXH3-128 (the ``xxhash`` wheel), which hashes at memory
-speed (~30 GB/s on one core against ~1.4 GB/s for sha256 with SHA-NI); see book/performance.md.
-
+sha256 identifies every artefact (data files, class splits, weights, store keys); the store's per-shard check
+runs on every first read and only has to notice damage, so it uses XXH3-128, which hashes at memory speed
+(book/performance.md).
 See notebooks/viterb.py, section "Seen and unseen classes, as data" (splits checked by their sha256).
 """
 from __future__ import annotations
@@ -16,8 +13,7 @@ from pathlib import Path
 
 import xxhash
 
-# Store checksums by the name a sidecar records them under (lib.core.store_files). "sha256": stores
-# written before XXH3 was adopted, still read and verified with their own algorithm.
+# Store checksums by the key a sidecar records them under (lib.core.store_files); sha256 sidecars are still verified.
 STORE_ALGORITHMS: dict[str, Callable] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 STORE_ALGORITHM = "xxh3_128"  # what new shards are written with
 

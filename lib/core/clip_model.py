@@ -1,9 +1,7 @@
 """A trained frozen-feature model as a CLIP-like object (``encode_image``, ``encode_text``, tokenizer).
 
-Why: the field evaluates CLIP-style models with CLIP_benchmark, which only needs
-``model.encode_image(images)``, ``model.encode_text(tokens)`` and a ``tokenizer(texts)``; wrapping the
-frozen encoders and the trained head this way lets that code (and any zero-shot script written for
-open_clip) evaluate a ShareLock model unchanged. See ``notebooks/sharelock.py``, section
+Why: CLIP_benchmark and open_clip zero-shot scripts need only these three, so they evaluate a ShareLock model
+unchanged. See ``notebooks/sharelock.py``, section
 "Using the trained model".
 """
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Which project source files a piece of code can run: the modules it imports, and theirs, transitively.
 
-Why: two caches are keyed by the code they depend on. ``make book`` re-executes a chapter when a ``lib`` file its
-cells can reach changes (tools/run_notebooks.py), and the run cache (:mod:`lib.core.run_cache`) keys a training
-run by the files its method and the training loop can reach. Both need the same answer, read from the sources
-(``ast``, nothing imported), so that an edit to one chapter's plotting module re-executes or retrains nothing
-else.
-
+Why: ``make book`` re-runs a chapter and the run cache (:mod:`lib.core.run_cache`) retrains a run only when a
+file they can reach changes; both read the answer from the sources (``ast``, nothing imported).
 See notebooks/sharelock.py, section "Training the head" (the run cache).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validated configs: a notebook's ``small`` and ``full`` settings, checked before any work starts.
+"""Validated configs: a dataclass schema checked field by field before any work starts.
 
 Why: the worst way to learn that ``pooling: last-token`` should read ``last_token`` is an hour into a
 paper-scale precompute. Every field is checked on load against a dataclass schema, and a bad one
@@ -14,14 +14,9 @@ import reprlib
 import types
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-
-from lib.core.paths import REPO_ROOT
-
-CONFIG_DIR = REPO_ROOT / "notebooks" / "configs"
 
 
 class ConfigError(ValueError):
@@ -144,7 +139,7 @@ _SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxtuple, _SHOW.maxdict = 3, 8, 8, 8
 _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 60, 60, 40
 
 
-def _show(value: Any) -> str:
+def bounded_repr(value: Any) -> str:
     """A bounded ``repr`` for error messages: a huge or deeply nested value is never spelt out whole."""
     return _SHOW.repr(value)
 
@@ -167,13 +162,6 @@ def safe_yaml(text: str, where: str, limit: int = MAX_PARAMETER_CHARS) -> Any:
         raise ConfigError(f"{where}: not valid YAML ({first})") from None
 
 
-def _read_yaml_file(path: Path) -> Any:
-    size = Path(path).stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path}: {size:,} bytes is more than the {MAX_CONFIG_BYTES:,} a config may have")
-    return safe_yaml(Path(path).read_text(encoding="utf-8"), f"config file {path}", limit=MAX_CONFIG_BYTES)
-
-
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -191,7 +179,7 @@ def _describe(tp: Any) -> str:
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
-    bad = ConfigError(f"{where}: {_show(value)} is not allowed; expected {_describe(tp)}")
+    bad = ConfigError(f"{where}: {bounded_repr(value)} is not allowed; expected {_describe(tp)}")
     if origin in (typing.Union, types.UnionType):
         for option in typing.get_args(tp):
             try:
@@ -230,7 +218,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         except (ValueError, OverflowError):
             raise bad from None
         if not math.isfinite(number):
-            raise ConfigError(f"{where}: {_show(value)} is not allowed; expected a finite number")
+            raise ConfigError(f"{where}: {bounded_repr(value)} is not allowed; expected a finite number")
         return number
     if tp is str:
         if isinstance(value, str) and value:
@@ -242,7 +230,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 def build(schema: type, data: Any, where: str = "config"):
     """Build a frozen dataclass from plain data, validating every field."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected {_describe(schema)}, got {_show(data)}")
+        raise ConfigError(f"{where}: expected {_describe(schema)}, got {bounded_repr(data)}")
     hints = typing.get_type_hints(schema)
     names = {f.name for f in dataclasses.fields(schema)}
     unknown = sorted(str(key) for key in set(data) - names)
@@ -302,7 +290,8 @@ def _check_positive(instance: Any, where: str) -> None:
     if isinstance(seeds, tuple):
         absurd = [s for s in seeds if isinstance(s, int) and not 0 <= s <= MAX_SEED]
         if absurd:
-            raise ConfigError(f"{where}.seeds: {_show(absurd[0])} is not allowed; expected integers in [0, {MAX_SEED}]")
+            raise ConfigError(f"{where}.seeds: {bounded_repr(absurd[0])} is not allowed; "
+                              f"expected integers in [0, {MAX_SEED}]")
         repeated = sorted({s for s in seeds if seeds.count(s) > 1})
         if repeated:
             raise ConfigError(f"{where}.seeds: {repeated[0]} appears more than once; a repeated seed repeats a run and "
@@ -315,60 +304,5 @@ def _check_positive(instance: Any, where: str) -> None:
         raise ConfigError(f"{where}.dropout: {dropout!r} is not allowed; expected a number in [0, 1)")
 
 
-def load(notebook: str, name: str, schema: type, overrides: dict | None = None):
-    """Load section ``name`` (``small`` / ``full``) of ``notebooks/configs/<notebook>.yaml``.
-
-    ``name`` may also be a path to a YAML file holding one config (e.g. a user's own variant).
-    ``overrides`` is a nested dict merged over the file (papermill parameters, tests).
-    """
-    path = CONFIG_DIR / f"{notebook}.yaml"
-    if Path(name).suffix in (".yaml", ".yml"):
-        data = _read_yaml_file(Path(name))
-    else:
-        sections = _read_yaml_file(path)
-        if name not in sections:
-            raise ConfigError(f"config: {name!r} is not allowed; expected one of {', '.join(sections)} ({path})")
-        data = sections[name]
-    return build(schema, _merge(data, overrides or {}), where=name)
-
-
-def _merge(base: Any, extra: dict) -> Any:
-    if not isinstance(base, dict):
-        return extra
-    merged = dict(base)
-    for key, value in extra.items():
-        merged[key] = _merge(base.get(key), value) if isinstance(value, dict) else value
-    return merged
-
-
 def as_dict(instance: Any) -> dict:
     return dataclasses.asdict(instance)
-
-
-def parameter_overrides(*, seeds: Any = None, limit: Any = None, overrides: Any = None, **fields: Any) -> dict:
-    """A notebook's papermill parameters as config overrides (``None`` = keep the config's value).
-
-    ``papermill -p seeds "[0, 1]"`` hands the notebook the *string* ``"[0, 1]"``; a string is therefore
-    read as YAML first, so it becomes the list it spells instead of being split into characters.
-    ``limit`` sets ``data.limit``; ``overrides`` is a nested mapping (or its YAML text, e.g.
-    ``-p overrides "{device: cpu, train: {steps: 2}}"``) merged over the config section; other keyword
-    arguments set top-level fields of the same name.
-    """
-    def parsed(name: str, value: Any) -> Any:
-        return safe_yaml(value, f"parameter {name}") if isinstance(value, str) else value
-
-    out: dict = {}
-    if overrides is not None:
-        extra = parsed("overrides", overrides)
-        if not isinstance(extra, dict):
-            raise ConfigError(f"parameter overrides={_show(overrides)} must be a mapping of config fields")
-        out = _merge(out, extra)
-    if seeds is not None:
-        seeds = parsed("seeds", seeds)
-        out["seeds"] = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
-    if limit is not None:
-        out = _merge(out, {"data": {"limit": parsed("limit", limit)}})
-    for name, value in fields.items():
-        if value is not None:
-            out[name] = parsed(name, value)
-    return out

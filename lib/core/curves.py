@@ -1,10 +1,8 @@
 """Data-size curves: a chapter's headline comparison at growing, nested shares of its training set.
 
-Why: at one training-set size a comparison says who is ahead *there*; the papers' claims are about data far
-larger than a CPU book's. Repeating the comparison at ~4 sizes up to the whole set, every seed, shows whether
-the paper's gap opens, closes or flips as the data grow, which is the measured diagnosis a "not reproduced"
-verdict needs. The subsets are **nested** (each smaller set is part of every larger one) and do not depend on
-the training seed, so the seeds vary only the training itself. See notebooks/three_towers.py, section
+Why: the papers' claims are about data far larger than a CPU book's; repeating the comparison at a few sizes
+shows whether the paper's gap opens, closes or flips as the data grow. The subsets are nested and do not depend
+on the training seed. See notebooks/three_towers.py, section
 "More data".
 """
 from __future__ import annotations

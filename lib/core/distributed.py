@@ -1,19 +1,8 @@
 """Several processes (GPUs) with ``torch.distributed``: who am I, start/stop, and the gather the CLIP loss needs.
 
-Why this module exists: the book scales past one machine with the existing engines -- ``torchrun`` (or
-``accelerate launch``) starts the processes and sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``,
-``torch.distributed`` moves the tensors, ``DistributedDataParallel`` averages the gradients -- and only
-the glue lives here. See book/scale_out.md.
-
-The one piece of glue that matters for the numbers is :func:`gather_with_grad`. A contrastive loss
-needs the *whole* batch's embeddings as negatives, but under data parallelism each rank only embeds its
-own slice. Every rank therefore gathers all slices, with autograd flowing back through the gather
-(``torch.distributed.nn.functional.all_gather``, the op open_clip's ``gather_features(...,
-gather_with_grad=True)`` uses), and computes the loss over the full ``N x N`` logits (open_clip's
-``local_loss=False``). Why the gradients then equal single-process training exactly: every rank's loss
-is the global loss ``L``; the backward of ``all_gather`` *sums* the gradients that the W ranks send to
-a slice, so each slice receives ``W * dL/dx``; DDP *averages* parameter gradients over the W ranks,
-which divides that W out again. ``tests/test_distributed.py`` checks this numerically.
+Why this module exists: ``torchrun``, ``torch.distributed`` and DDP do the work; only the glue lives here,
+above all :func:`gather_with_grad`, which gives a contrastive loss the whole batch's embeddings as negatives.
+Why the gradients then equal single-process training: book/scale_out.md.
 """
 from __future__ import annotations
 
@@ -74,11 +63,9 @@ def world_size() -> int:
 def init(device: str | None = None, timeout_minutes: float = 30.0) -> torch.device:
     """Join the process group that the launcher described in the environment; return this rank's device.
 
-    Device: ``device`` if given, else ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``. Backend:
-    NCCL for CUDA, gloo for CPU (NCCL cannot move CPU tensors, gloo has no fast GPU path). Not launched
-    (``WORLD_SIZE`` unset or 1): no group is created, and the rest of the book runs as a single process.
-    Idempotent: a group that already exists is kept. ``timeout_minutes`` bounds how long a collective
-    (a barrier) waits for the slowest rank -- precompute raises it, since ranks may finish hours apart.
+    Device: ``device`` if given, else ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``; NCCL for CUDA, gloo
+    for CPU. Not launched (``WORLD_SIZE`` unset or 1): no group, a single process. Idempotent.
+    ``timeout_minutes`` bounds how long a collective waits for the slowest rank.
     """
     local = env_local_rank()
     if device is None:
@@ -106,11 +93,8 @@ def cleanup() -> None:
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     """All ranks' ``x`` concatenated along dim 0 in rank order; gradients flow back to every slice.
 
-    Single process (or inside :func:`no_gather`): ``x`` itself. Ranks must pass the same shape. The
-    backward sums the gradients all ranks computed for this rank's slice (module docstring: with a loss
-    over the full gathered batch on every rank and DDP's gradient average, this gives exactly the
-    single-process gradient). The number of rows gathered is kept for :func:`gathered_rows`.
-    """
+    Single process (or inside :func:`no_gather`): ``x`` itself. Ranks must pass the same shape; the rows gathered
+    are kept for :func:`gathered_rows`."""
     if not (_state["gather"] and is_distributed()):
         return x
     out = _all_gather_autograd(x)

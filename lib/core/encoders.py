@@ -1,10 +1,8 @@
 """Frozen encoders: text and images in, one feature vector per input out.
 
-Why a wrapper at all: what a "text feature" is depends on choices papers state in one line and
-code hides in many — which layer (ShareLock: after the final norm; FLAME: block 39 of 40, before
-it), which token (the last real token of a decoder, the mean of an encoder, BERT's CLS), and
-padding side (a decoder padded on the left and one padded on the right must give the same vector).
-Each choice is named here and becomes part of the feature-store key (``cache_spec``).
+Why a wrapper at all: what a "text feature" is depends on choices papers state in one line and code hides in
+many (which layer, which token, which padding side). Each choice is named here and becomes part of the
+feature-store key (``cache_spec``).
 See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
@@ -65,11 +63,9 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 class TextEncoder:
     """A frozen ``transformers`` text model that maps captions to pooled hidden states.
 
-    ``layer=-1`` is the model's final output (after the final norm, as ShareLock uses it); ``layer=k``
-    is ``hidden_states[k]``, the output of block k (0 = the embeddings); for k < depth that is before
-    the final norm, while in transformers 5 ``hidden_states[depth]`` is already after it (= ``-1``).
-    Texts are tokenised once, sorted by length and batched, so padding is small and no text is
-    ever run alone; results come back in input order.
+    ``layer=-1`` is the model's final output (after the final norm, as ShareLock uses it); ``layer=k`` is
+    ``hidden_states[k]``, the output of block k (0 = the embeddings), before the final norm for k < depth.
+    Texts are tokenised once, sorted by length and batched; results come back in input order.
     """
 
     def __init__(
@@ -167,15 +163,9 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int] = (255, 255, 255
 class VisionEncoder:
     """A frozen image model (``timm`` or ``transformers``) with its own eval-mode preprocessing.
 
-    Preprocessing is resolved from the model (``timm.data.resolve_model_data_config`` +
-    ``create_transform(is_training=False)``; the HF image processor's mean/std) and only the input
-    size and crop fraction may be overridden — small emoji do not need 224 px. Never a training
-    augmentation at inference (ShareLock's official ``encode_image`` applies its training augmentation).
-
-    ``backend="onnx"`` runs the same network through ONNX Runtime on CPU (``lib.core.onnx_vision``; how much
-    faster is measured by ``bench/vision_features.py``, see book/performance.md). Its features agree
-    with eager ones to ~1e-5 but are not bit-identical, so ``cache_spec`` names the backend and the
-    two never share a store entry.
+    Preprocessing is resolved from the model; only the input size and crop fraction may be overridden, and a
+    training augmentation is never applied (ShareLock's official ``encode_image`` does). ``backend="onnx"``: the
+    same network through ONNX Runtime (``lib.core.onnx_vision``, book/performance.md), named in ``cache_spec``.
     """
 
     def __init__(

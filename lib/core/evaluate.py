@@ -1,14 +1,9 @@
 """Zero-shot classification and retrieval metrics, following CLIP_benchmark's conventions.
 
-Why follow a benchmark's conventions to the letter: the papers' headline numbers come from
-CLIP_benchmark (ShareLock's published numbers included, not its own one-template test), and small
-choices (how templates are averaged, whether "recall@5" means *any* or *all* positives, mean-per-class
-recall versus accuracy) move results by points. See notebooks/sharelock.py, section
+Why to the letter: the papers' headline numbers come from CLIP_benchmark, and small choices (template averaging,
+"any" or "all" positives in recall@5, mean-per-class recall or accuracy) move results by points.
+See notebooks/sharelock.py, section
 "Zero-shot evaluation" (retrieval is measured there too).
-
-* :func:`zero_shot_classifier`: one prototype per class from prompt templates (:mod:`corpora.templates`).
-* :func:`accuracy`, :func:`mean_per_class_recall`, :func:`classification_metrics`.
-* :func:`retrieval_metrics`: text->image and image->text recall@K, chunked.
 """
 from __future__ import annotations
 
@@ -37,15 +32,8 @@ def zero_shot_classifier(
 ) -> torch.Tensor:
     """Class prototypes ``(C, D)`` from prompt templates ("prompt ensembling", CLIP section 3.1.4).
 
-    For each class, every template is filled with the class name (``{c}`` placeholder), embedded and
-    L2-normalised; the normalised embeddings are averaged and the mean is renormalised. This is what
-    CLIP's notebook, open_clip's ``build_zero_shot_classifier`` and CLIP_benchmark do. Normalising
-    *before* averaging gives every template the same weight whatever its embedding's norm.
-
-    All ``C * T`` texts go to ``encode_text`` in one call (class-major order: all templates of class 0,
-    then class 1, ...), so the encoder can batch and length-sort them as it likes. See
-    notebooks/sharelock.py, section "Zero-shot evaluation".
-    """
+    Each template is filled with the class name (``{c}``), embedded and L2-normalised; the mean is renormalised, as
+    CLIP_benchmark does. All ``C * T`` texts go to ``encode_text`` in one call, class-major."""
     classnames = list(classnames)
     templates = list(templates)
     if not classnames or not templates:
@@ -73,11 +61,7 @@ def _check_logits_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
 
 @torch.no_grad()
 def accuracy(logits: torch.Tensor, labels: torch.Tensor, topk: Sequence[int] = (1, 5)) -> dict[str, float]:
-    """Top-k accuracy: the fraction of rows whose label is among the k highest logits.
-
-    Keys are ``f"acc{k}"``; k is clipped to the number of classes (acc5 on a 3-class task is 1.0),
-    as CLIP_benchmark does.
-    """
+    """Top-k accuracy under key ``f"acc{k}"``; k is clipped to the number of classes, as CLIP_benchmark does."""
     _check_logits_labels(logits, labels)
     labels = labels.to(logits.device)
     num_classes = logits.shape[1]
@@ -91,10 +75,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, topk: Sequence[int] = (
 def mean_per_class_recall(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Mean over the classes present in ``labels`` of each class's top-1 recall.
 
-    This is CLIP_benchmark's "mean_per_class_recall" (sklearn's ``balanced_accuracy_score``) and the
-    ViTeRB score ("mean per-class accuracy"): on imbalanced test sets it weighs every class equally,
-    unlike accuracy, which weighs every image equally.
-    """
+    CLIP_benchmark's "mean_per_class_recall" and ViTeRB's score: every class weighs the same, not every image."""
     _check_logits_labels(logits, labels)
     labels = labels.to(logits.device)
     pred = logits.argmax(dim=1)
@@ -133,20 +114,11 @@ def retrieval_metrics(
     ks: Sequence[int] = (1, 5, 10),
     chunk_size: int | None = None,
 ) -> dict[str, float]:
-    """Recall@K for retrieval in both directions, with one or more texts per image.
+    """Recall@K for retrieval in both directions, with one or more texts per image (CLIP_benchmark's definitions).
 
-    ``text_to_image[t]`` is the index of text t's image. Names and definitions are CLIP_benchmark's:
-
-    * ``image_retrieval_recall@k`` (text -> image): fraction of *texts* whose image is among the k
-      images most similar to the text;
-    * ``text_retrieval_recall@k`` (image -> text): fraction of *images* for which **any** of their
-      texts is among the k texts most similar to the image ("any positive in top-K"; COCO and
-      Flickr have 5 captions per image and one hit suffices).
-
-    Images without any text cannot be retrieved to and are left out of the image -> text mean (CLIP_benchmark
-    would count them as misses; real benchmarks have none). k larger than the candidate set is clipped.
-    Scores are computed ``chunk_size`` query rows at a time (default: about 2**24 scores per chunk), so a
-    50k x 50k similarity matrix never exists at once. See notebooks/sharelock.py, section "Zero-shot evaluation".
+    ``text_to_image[t]`` is the index of text t's image. ``image_retrieval_recall@k``: fraction of *texts* whose image
+    is among the k nearest images; ``text_retrieval_recall@k``: fraction of *images* with **any** of their texts among
+    the k nearest texts. Images without text are left out; k is clipped; scores are computed in chunks.
     """
     if image_emb.ndim != 2 or text_emb.ndim != 2 or image_emb.shape[1] != text_emb.shape[1]:
         raise ValueError(
@@ -208,10 +180,9 @@ def prompt_texts(labelled) -> list[str]:
 def zero_shot(method, image_features: torch.Tensor, prompt_features: torch.Tensor, labelled) -> dict[str, float]:
     """acc@1, acc@5 and mean per-class recall of a trained ``method`` on one labelled set, on cached features.
 
-    ``method`` is any module with ``embed_image(features)`` and ``embed_text(features)`` (ShareLock, FLAME,
-    a linear head, ...); ``prompt_features`` are the frozen text features of :func:`prompt_texts`
-    (class-major); ``labelled`` has ``classnames``, ``templates`` and ``labels``. Prototypes follow CLIP's
-    prompt ensembling (:func:`zero_shot_classifier`). See notebooks/sharelock.py, section "Zero-shot evaluation".
+    ``method`` has ``embed_image(features)`` and ``embed_text(features)``; ``prompt_features`` are the frozen text
+    features of :func:`prompt_texts` (class-major); ``labelled`` has ``classnames``, ``templates`` and ``labels``.
+    See notebooks/sharelock.py, section "Zero-shot evaluation".
     """
     method.eval()
     texts = prompt_texts(labelled)

@@ -1,32 +1,11 @@
 """FLAME's prompted LLM text encoder: K facet embeddings of one caption from ONE forward pass.
 
-Why: FLAME (Cao et al., CVPR 2025) reads a caption with a frozen decoder LLM through a prompt that
-asks for a one-word summary of one *facet* ("the category of the main object in this image", "the
-overall atmosphere ..."): the hidden state at the prompt's final token ``:"`` is the embedding. Seven
-facets would cost seven forward passes over the same long caption. *Facet-decoupled attention* runs
-the caption once: the sequence is ``[caption prefix][facet 1 suffix]...[facet K suffix]``, every suffix
-token attends to the prefix and to its own suffix only, and each suffix's position ids restart where
-the prefix ends, so each facet's final state is exactly what a separate pass over ``prefix + suffix_k``
-would give (tested against K separate passes). See notebooks/flame.py, section "Facet-decoupled attention".
-
-Tokenisation boundary (decision): a prompt's tokens are DEFINED as ``tokens(prefix) + tokens(suffix)``,
-where the prefix text ends just before the space that precedes the facet (``... step by step,``) and
-the suffix starts with that space (`` the category ... one word:"``). Both decoders of the small config
-(SentencePiece-style Gemma, byte-level BPE SmolLM2) pre-split at a space, so this equals the
-tokenisation of the whole prompt string; ``tests/test_facets.py`` checks that on real captions. The
-reference "K separate passes" run exactly these concatenated tokens.
-
-The mechanism is a 4-D additive attention mask ``[B, 1, L, L]`` plus explicit ``position_ids``, which
-``transformers`` (5.x) passes through untouched (``masking_utils._preprocess_mask_arguments`` returns a
-4-D mask as is). For models that mix sliding-window and full layers (Gemma 2/3, Qwen 2/3) a dict
-``{"full_attention": m, "sliding_attention": m_window}`` is passed when the window can bind, with the
-window measured in *logical* positions, as a separate pass would see it.
-
-What the official code does differently (``src/open_clip/multiprompteol_embeddings.py`` of
-github.com/MIV-XJTU/FLAME): the same block mask but *contiguous* position ids (facet k's tokens sit at
-the positions after facet k-1's, so facets 2..K do not equal separate passes; ``positions="contiguous"``
-reproduces it), the padding mask applied on the query axis only (left-padding keys stay visible), a
-``<s>`` string before the first facet only, and the state of block 39 of 40 (before the final norm).
+Why: FLAME embeds a caption as a frozen LLM's state at the end of a prompt asking for a one-word summary of one
+*facet*. *Facet-decoupled attention* reads the shared caption once for all K facets and gives each facet what a
+separate pass would (tested). See notebooks/flame.py, section
+"Facet-decoupled attention". A prompt's tokens are DEFINED as ``tokens(prefix) + tokens(suffix)``, the suffix
+starting with the space before the facet. The official code also masks padding on the query axis only and puts
+``<s>`` before the first facet only.
 """
 from __future__ import annotations
 
@@ -130,20 +109,11 @@ def decoupled_inputs(
 ) -> dict:
     """Model inputs for facet-decoupled attention over a batch of caption prefixes.
 
-    Layout of row i (length ``L = max_i P_i + sum_k S_k``)::
-
-        [pad ... pad][prefix_i (P_i)][suffix_1 (S_1)] ... [suffix_K (S_K)]
-
-    Prefixes are left padded, so every facet's final token sits at the same column in every row
-    (``final`` below). A key is visible to a query iff it is not padding, it is not later in the row,
-    and it belongs to the prefix or to the query's own segment. Positions: prefix tokens ``0..P_i-1``;
-    suffix k ``P_i .. P_i+S_k-1`` (``reset``) or continuing after suffix k-1 (``contiguous``).
-    Padding queries see only themselves (no all-masked softmax row).
-
-    Returns ``input_ids``, ``position_ids`` (``[B, L]``), ``mask`` (``[B, 1, L, L]`` additive: 0 or the
-    dtype's minimum), ``window_mask`` (the same with the sliding window applied on logical positions,
-    or None when ``sliding_window`` is None), ``final`` (``[K]`` column of each facet's last token)
-    and ``logical_length`` (the longest prefix + suffix, the length a separate pass would have).
+    Row i is ``[pad ... pad][prefix_i][suffix_1] ... [suffix_K]``, prefixes left padded so every facet's final token
+    sits at one column. A key is visible to a query iff it is not padding, not later, and in the prefix or the
+    query's own segment. Suffix k's positions restart at ``P_i`` (``reset``) or continue (``contiguous``).
+    Returns ``input_ids``, ``position_ids``, ``mask`` (``[B, 1, L, L]`` additive), ``window_mask`` (sliding window
+    on logical positions, or None), ``final`` (each facet's last column) and ``logical_length``.
     """
     if positions not in ("reset", "contiguous"):
         raise ValueError(f"positions {positions!r} is not one of ('reset', 'contiguous')")
@@ -203,10 +173,9 @@ def decoupled_inputs(
 class FacetEncoder:
     """A frozen decoder LLM read through FLAME's prompt: captions in, ``[N, K, D]`` facet embeddings out.
 
-    ``encode(method=...)`` computes the same numbers three ways (the benchmark compares their speed):
-    ``decoupled`` (one pass per batch of captions, facet-decoupled attention), ``separate`` (K passes,
-    one per facet, each a left-padded batch of ``prefix + suffix_k``) and ``stacked`` (the N*K prompts
-    as one list, ``batch_size * K`` prompts per pass). See notebooks/flame.py, section "Facet-decoupled attention".
+    ``encode(method=...)``: ``decoupled`` (one pass, facet-decoupled attention), ``separate`` (K passes) or
+    ``stacked`` (N*K prompts in one list); the same numbers. See notebooks/flame.py,
+    section "Facet-decoupled attention".
     """
 
     def __init__(

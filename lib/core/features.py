@@ -1,25 +1,8 @@
 """One feature layer: a chapter's *plan* of frozen features, computed on a store miss and only then.
 
-Why: "train-or-load" (UvA DL notebooks). Every chapter trains small modules on features of frozen
-models, and the features are the expensive part (an LLM pass over every caption, DINOv2 over every
-image). So a chapter does not call encoders; it lists what it needs, a **plan** of
-:class:`FeatureRequest` s, and :func:`materialise` turns the plan into features: each request is looked
-up in the store under a key naming everything that changes its bytes, and a model is loaded only when
-a request misses. The notebook and ``python -m provision.precompute --chapter X`` call the same
-``feature_plan`` of the chapter, so they cannot disagree about what is cached.
-
-Five kinds of features, one interface:
-
-* ``text``: one vector per text (a :class:`~lib.core.encoders.TextEncoder`: layer + pooling);
-* ``image``: one vector per image (a :class:`~lib.core.encoders.VisionEncoder`);
-* ``text-tokens`` / ``image-tokens``: one vector per token or patch, ragged
-  (:class:`~lib.core.sequences.SequenceFeatures`; FDT reads them);
-* ``facets``: K prompted embeddings per caption from one LLM pass (:class:`~lib.core.facets.FacetEncoder`;
-  FLAME reads them), stored ``[N*K, D]`` caption-major.
-
-Encoders are built once per ``(model config, device, backend)`` in an :class:`EncoderPool`; a fully
-cached run builds no text encoder at all (vision encoders are built to resolve their preprocessing,
-which is part of their key). See notebooks/sharelock.py, section
+Why: features are the expensive part of every chapter, so a chapter lists what it needs (a plan of
+:class:`FeatureRequest` s) and :func:`materialise` loads a model only when a request misses the store; the
+notebook and ``provision.precompute`` run the same plan. See notebooks/sharelock.py, section
 "The frozen encoders and the frozen-feature pipeline", and book/design.md for the store's key.
 """
 from __future__ import annotations
@@ -65,13 +48,10 @@ def digest(items: Sequence[str]) -> str:
 class FeatureRequest:
     """One store entry a chapter needs: which model reads which inputs, and how the entry is laid out.
 
-    ``name`` is the request's handle in the plan and in ``Features`` (``"<kind>:<model>:<set>"`` by
-    convention; ``--only`` of ``provision.precompute`` matches it). ``texts`` for the text kinds, ``images`` (any
-    object with ``ids``, ``load_image(i)``; a ``Pairs``, ``Labelled`` or image source) for the image kinds.
-    ``source`` names the dataset (manifest hash, split, style) and is part of the key. ``ids`` default to
-    the images' ids, or ``"0".."n-1"`` for texts. ``tokens`` (image tokens): ``patches`` or ``all`` (CLS
-    and registers first). ``dtype`` / ``shard_rows``: how the entry is stored (``shard_rows`` counts tokens
-    for the sequence kinds).
+    ``name``: the request's handle (``"<kind>:<model>:<set>"``; ``provision.precompute --only`` matches it).
+    ``texts`` for the text kinds, ``images`` (``ids`` and ``load_image(i)``) for the image kinds. ``source`` names
+    the dataset and is part of the key. ``ids`` default to the images' ids, or ``"0".."n-1"`` for texts.
+    ``tokens``: ``patches`` or ``all`` (prefix tokens first). ``shard_rows`` counts tokens for sequence kinds.
     """
 
     name: str
@@ -250,14 +230,7 @@ def _text_model_spec(cfg: TextModelConfig, device: str) -> dict:
 
 
 def spec_of(request: FeatureRequest, pool: EncoderPool = ENCODERS, device: str = "cpu") -> dict:
-    """The store key of ``request``: everything that changes its bytes.
-
-    The model's identity (offline: the source file's sha256; local folder: its contents' hash; hub id: the
-    pinned revision), layer, pooling, dtype (``auto`` resolved for ``device``: lib.core.precision), the batch
-    size (padding and kernels change fp16 values, so batches are part of the key), preprocessing (vision,
-    resolved from the model), the inputs (texts hashed; images by dataset ``source`` and the ids' hash), and
-    the storage dtype.
-    """
+    """The store key of ``request``: everything that changes its bytes (book/design.md, "The feature store")."""
     cfg, kind = request.model, request.kind
     common = {"source": request.source, "store_dtype": request.dtype}
     if kind == "text":
@@ -342,10 +315,8 @@ def _compute(store: FeatureStore, request: FeatureRequest, spec: dict, pool: Enc
 class Features(Mapping):
     """The result of :func:`materialise`: request name -> features, plus what was computed and read.
 
-    Values are :class:`~lib.core.store.CachedFeatures` (``text``, ``image``, ``facets``) or
-    :class:`~lib.core.sequences.SequenceFeatures` (token kinds); ``None`` on a rank whose entry other ranks
-    are still completing. ``report`` has one row per request: name, kind, model, rows, shards computed by
-    this process and read from the store, seconds.
+    Values are :class:`~lib.core.store.CachedFeatures` or :class:`~lib.core.sequences.SequenceFeatures` (token
+    kinds); ``None`` on a rank whose entry other ranks are still completing. ``report``: one row per request.
     """
 
     plan: Plan
@@ -390,10 +361,8 @@ def materialise(store: FeatureStore, plan: Plan | Sequence[FeatureRequest], *, d
                 progress: bool | None = None, on_done: Callable[[dict], None] | None = None) -> Features:
     """Every request of ``plan`` from the store, each computed on a miss (and only its missing shards).
 
-    ``rank``/``world_size``: this process computes shards ``r, r+W, ...`` of every entry (``torchrun``;
-    ``provision.precompute``); its results are ``None`` where other ranks' shards are still missing.
-    ``release``: free the models afterwards. ``on_done(row)`` is called with each report row as it is made.
-    """
+    ``rank``/``world_size``: compute shards ``r, r+W, ...`` of every entry (``None`` where others are missing).
+    ``release``: free the models afterwards. ``on_done(row)``: called with each report row."""
     plan = plan if isinstance(plan, Plan) else Plan(plan)
     out = Features(plan)
     try:

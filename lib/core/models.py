@@ -1,11 +1,8 @@
 """Where each named model's weights come from, and the identity that keys its cached features.
 
-Why: the small config must use *real* pretrained models offline, and the full config the papers'
-models by hub id, through one code path. A model is therefore always named by a string. A hub id
-(``meta-llama/Meta-Llama-3-8B``) or a local folder is handed to the library as is, keyed by its commit or
-its files' sha256. A name under ``offline/`` belongs to a registry outside the library: the first entry point
-of the group ``frozen_lip.offline_models`` (the book registers ``provision.offline_models:resolve_offline``,
-which converts PyPI wheels into hub-style folders at set-up). The library imports no such registry itself.
+A model is always named by a string: a hub id (keyed by its commit), a local folder (keyed by its files'
+sha256), or an ``offline/`` name, resolved by the first entry point of the group ``frozen_lip.offline_models``
+(the book's is ``provision.offline_models``), so the library imports no such registry itself.
 See ``notebooks/sharelock.py``, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations
@@ -136,10 +133,7 @@ def _local_identity(local: Path) -> dict:
 def file_hashes(folder: Path, files: dict[str, Path]) -> dict[str, str]:
     """sha256 of each file, re-hashing only those whose (size, mtime_ns, ctime_ns) changed since the last call.
 
-    The record is one small JSON per folder under ``lib.core.paths.cache_root()/hashes/``, keyed by the
-    folder's real path (a moved folder is hashed once more, to the same identity). A cache that cannot be
-    written only costs time. The stat is taken before hashing, so a file changed meanwhile is hashed again.
-    """
+    Recorded per folder under ``lib.core.paths.cache_root()/hashes/``; an unwritable record only costs time."""
     real, record, known = str(folder.resolve()), None, {}
     try:
         record = paths.cache_root() / "hashes" / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"

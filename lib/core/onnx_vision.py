@@ -1,21 +1,8 @@
 """A faster CPU path for the frozen vision encoders: the same network, run by ONNX Runtime.
 
-Why: on a CPU, eager PyTorch spends much of a small vision model's time in per-operator overhead
-(EfficientNet-Lite0 is mostly depthwise convolutions on small tensors); ONNX Runtime fuses the graph
-(conv + batch-norm + activation) and runs it with its own kernels. The network, its weights and the
-preprocessing stay exactly those of :class:`lib.core.encoders.VisionEncoder`; only who executes the
-forward pass changes. ``bench/vision_features.py`` measures the speed-up on this machine and
-``tests/test_fast_vision.py`` checks the features agree with eager ones (max |diff| < 1e-4, cosine
-> 0.99999 on real images).
-
-The graph is exported once per *model identity* (weights' sha256, library, input size, what the
-encoder returns) and per exporter (torch version, opset) into ``<cache>/onnx/<key>/model.onnx``
-(written beside its name and renamed into place), then re-read. The batch dimension is dynamic; the
-spatial size is the one the encoder's eval transform always produces.
-
-The features are not bit-identical to eager ones (different kernels sum in a different order), so
-an encoder using this backend says so in its ``cache_spec`` (``"backend": "onnx"``) and its features
-never share a store entry with eager features. Measured speed-ups: book/performance.md.
+Why: on a CPU, eager PyTorch spends much of a small vision model's time in per-operator overhead; ONNX Runtime
+fuses the graph. The graph is exported once per model identity into ``<cache>/onnx/<key>/model.onnx``; its
+features are not bit-identical to eager ones, so the backend is part of the store key. Speed: book/performance.md.
 """
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Where the book keeps what it builds: converted models, extracted data, the feature store.
 
-Why one place: every expensive artefact (a de-quantised LLM, 10k image features) is built once and
-re-read; a user who installs ``lib`` from a checkout finds them under ``<repo>/.cache``, anyone else
-under ``~/.cache/frozen-lip-book``. ``LIB_CACHE_DIR`` overrides both (e.g. a scratch disk on a cluster).
-
+Under ``<repo>/.cache`` in a checkout, else ``~/.cache/frozen-lip-book``; ``LIB_CACHE_DIR`` overrides both.
 See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``auto``: the floating-point format a frozen encoder or a training loop runs in, decided by the machine.
 
-Why: on a CPU with bfloat16 matrix units (Intel AMX, AVX512-BF16) the book's language models compute their
-features 2.7-4x faster in bfloat16 than in float32, and a training step is 1.2-1.5x faster under bfloat16
-autocast; on a CPU without them the same bfloat16 work is about 3.5x *slower* (``bench/text_precision.py``,
-book/performance.md, "bfloat16 on the CPU"). No fixed choice suits both, so a config may say ``dtype: auto``
-(encoders) or ``precision: auto`` (``train:``), and the run resolves it here, once, on the machine that runs
-it. The resolved name, never ``auto``, goes into the feature store's key and the run cache's key, so features
-computed in bfloat16 are never read back as float32 ones. See notebooks/sharelock.py, section "Configuration".
+Why: bfloat16 is much faster than float32 on a CPU with bfloat16 matrix units (AMX, AVX512-BF16) and much
+slower on one without (book/performance.md), so a config may say ``dtype: auto`` (encoders) or
+``precision: auto`` (``train:``) and the run resolves it here, on the machine that runs it. The resolved name,
+never ``auto``, goes into the store's and the run cache's keys. See notebooks/sharelock.py, section "Configuration".
 """
 from __future__ import annotations
 

@@ -1,22 +1,9 @@
 """A cache of training runs: :func:`lib.core.train.fit` reads a run it has already done instead of redoing it.
 
-Why: on one CPU process ``fit`` is deterministic (same inputs and seed give bit-identical history and weights,
-``tests/test_train.py``), so a run is a pure function of its inputs, as a cached feature is of its model and its
-texts. Re-executing a chapter whose features are in the store then costs the minutes its figures take, not the
-half hour its runs take. The key names everything a run reads:
-
-* the training and validation tensors (dtype, shape and a BLAKE2 digest of their bytes) and the seed;
-* the :class:`~lib.core.config.TrainSettings` and the device;
-* the method: every submodule's class and every attribute the training can read (parameters and buffers by their
-  bytes, plain values by their ``repr``, tensors and random generators by their bytes or state);
-* the code: the ``lib`` files the method's module and the training loop can reach (:mod:`lib.core.code_closure`),
-  and the torch and Python versions.
-
-A method holding something the key cannot name (an object whose ``repr`` is its memory address) is trained and
-not cached. Several processes (``torchrun``) are never cached. An entry that cannot be read is retrained and
-replaced, with a warning naming it; so is one whose files do not match the checksums written with them
-(XXH3, as the store's shards). Temporary folders a killed writer left are swept on the next write. Opt-in with
-``LIB_RUN_CACHE=1`` (``make book`` sets it; the tests do not); ``make clean-cache`` drops it.
+Why: on one CPU process ``fit`` is deterministic, so a run is a pure function of its inputs. The key names
+everything a run reads: tensors, seed, settings, device, the method's submodules, parameters and attributes, and
+the ``lib`` code it can reach (:mod:`lib.core.code_closure`). What the key cannot name is trained, not cached.
+Opt-in with ``LIB_RUN_CACHE=1``; ``make clean-cache`` drops it.
 
 See notebooks/sharelock.py, section "Training the head" (the run cache).
 """
@@ -125,9 +112,7 @@ def _stats(files: list[Path]) -> list[tuple[int, int]]:
 def _code_digest(method: nn.Module) -> str:
     """The digest of the ``lib`` files the method and the training loop can run.
 
-    Kept per process and module, and recomputed when one of the closure's files changes (its modification time or
-    size): a chapter keys a hundred runs of a few methods, and parsing the closure every time cost more than a cached
-    run's read-back."""
+    Kept per process and module, recomputed when a file of the closure changes (mtime or size)."""
     module = type(method).__module__
     cached = _DIGESTS.get(module)
     if cached is not None:

@@ -1,35 +1,10 @@
 """Sequence features in the store: one vector per image patch or text token, ragged, never padded on disk.
 
-Why: FDT (and any method that looks *inside* an image or a caption) needs the frozen model's patch
-and token states, not one pooled vector. Captions differ in length, so padding every caption to the
-longest one on disk would store mostly zeros; instead the store holds the **flattened token rows**
-of all items, one row per token, plus each item's **length**. Padding happens only in memory, per
-batch (:func:`pad_batch`), and every padded batch comes with a boolean mask (True = a real token).
+Why: FDT needs the frozen model's patch and token states, and padding them on disk would store mostly zeros. An
+entry is two store entries: ``{**spec, "part": "lengths"}`` (one float32 token count per item) and ``{**spec,
+"part": "tokens", "lengths_sha256": ...}`` (one row per token, ids ``"<item>.<token>"``, items back to back).
+Padding happens only in memory, per batch (:func:`pad_batch`, with a bool mask, True = a real token).
 See notebooks/fdt.py, section "Patch and token features".
-
-How it sits on :class:`lib.core.store.FeatureStore` (so atomic writes, locks, resumable shards, ranks,
-checksums, ``repair`` and its error messages all come for free): a sequence entry is two ordinary
-store entries under the same root,
-
-* ``{**spec, "part": "lengths"}``: one row per item, one float32 column, the item's token count
-  (cheap: a tokenizer for text, the model's fixed patch grid for images);
-* ``{**spec, "part": "tokens", "lengths_sha256": ...}``: one row per *token*, items back to back in
-  ``ids`` order, stored in the store's dtype (fp16 by default). Item ``i`` owns rows
-  ``offsets[i]:offsets[i+1]`` with ``offsets = [0, cumsum(lengths)]``. Its shards are cut every
-  ``shard_tokens`` rows; an item that straddles a shard boundary is encoded by both shards and each
-  keeps its own rows (at most two extra items per shard).
-
-The token entry's row ids are ``"<item>.<token>"`` strings (item = row number); ``ids.json`` grows
-with the token count (~10 bytes per token), fine for the small config and for COCO-sized text, but at
-CC3M scale with 257 patches per image the features themselves (~1 TB) are the real obstacle anyway.
-
-Extraction (what a "token feature" is): text, the hidden states of the configured layer at every
-real token (special tokens included, so their mean is the encoder's ``mean`` pooling), batches
-padded on the right so a causal decoder's real tokens never see padding; images, the model's final
-token states (HF ``last_hidden_state``: DINOv2's is after the final LayerNorm, CLS first, so its row 0
-is the pooled DINOv2 feature) or a timm model's ``forward_features`` (a CNN's H x W grid flattened
-row-major, whose mean is timm's average pooling). ``tokens="patches"`` drops prefix tokens (CLS,
-registers).
 """
 from __future__ import annotations
 
@@ -61,9 +36,7 @@ def pad_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad ``(L_i, D)`` sequences into ``x (B, T, D)`` (zeros after each sequence) and ``mask (B, T)``.
 
-    ``mask[b, t]`` is True for real tokens. ``T = max_len`` or the longest sequence. Padding values are
-    zeros, but a correct consumer never looks at them: every FDT and pooling function here masks them.
-    """
+    ``mask[b, t]`` is True for real tokens; ``T = max_len`` or the longest sequence."""
     if len(sequences) == 0:
         raise ValueError("pad_batch needs at least one sequence")
     arrays = [s if isinstance(s, torch.Tensor) else torch.from_numpy(np.array(s)) for s in sequences]  # copies memmaps
@@ -210,11 +183,7 @@ class SequenceFeatures:
 
 
 def repair(store: FeatureStore, spec: Mapping) -> dict[str, list[int]]:
-    """Repair both parts of the sequence entry of ``spec``; return the shards deleted per part.
-
-    ``spec`` is the sequence spec (``SequenceFeatures.spec``). The next call of the function that built
-    the entry recomputes exactly the deleted shards.
-    """
+    """Repair both parts of the sequence entry of ``spec``; return the shards deleted per part."""
     lengths_spec, _ = _parts(spec)
     out = {"lengths": store.repair(lengths_spec) if store.entry_dir(lengths_spec).is_dir() else [], "tokens": []}
     if store.has(lengths_spec):
@@ -239,13 +208,11 @@ def sequence_features(
     progress: bool | None = None,
     desc: str | None = None,
 ) -> SequenceFeatures | None:
-    """Compute-or-load the ragged sequence features of ``ids`` under ``spec`` (see the module docstring).
+    """Compute-or-load the ragged sequence features of ``ids`` under ``spec`` (two store entries, module docstring).
 
-    ``lengths(rows)`` returns the token count of each item row (cheap; no model run needed for text);
-    ``compute(rows)`` returns one ``(lengths[i], dim)`` array or tensor per item row. Token shards hold
-    ``shard_tokens`` rows each in ``dtype`` (default: the store's); ``rank``/``world_size`` split them across
-    processes as :meth:`FeatureStore.get_or_compute` does (``None`` until every rank's shards exist). A cache hit
-    computes nothing and calls neither function.
+    ``lengths(rows)`` returns the token count of each item row; ``compute(rows)`` one ``(lengths[i], dim)`` array
+    or tensor per item row. ``shard_tokens``, ``dtype``, ``rank``/``world_size``: as
+    :meth:`FeatureStore.get_or_compute` (``None`` until every rank's shards exist).
     """
     if not isinstance(shard_tokens, int) or shard_tokens < 1:
         raise StoreError(f"shard_tokens={shard_tokens!r} must be a positive int")
@@ -299,9 +266,8 @@ def sequence_features(
 def text_token_states(encoder: TextEncoder, texts: Sequence[str]) -> list[torch.Tensor]:
     """Per-token hidden states ``(L_i, dim)`` (float32) of ``encoder``'s layer for each text, in input order.
 
-    Same tokenisation (truncation at ``max_length``) and layer as ``encoder.encode``; batches are
-    length-sorted and padded on the right with an attention mask, so real tokens are unaffected by
-    padding in encoders (absolute positions) and causal decoders alike.
+    Same tokenisation and layer as ``encoder.encode`` (special tokens included); padded on the right, so real
+    tokens are unaffected by padding in encoders and causal decoders alike.
     """
     ids = encoder.tokenize(texts)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))

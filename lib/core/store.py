@@ -2,60 +2,8 @@
 
 Explained in notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline";
 its key, layout and guarantees in book/design.md; running it on many processes in book/scale_out.md.
-
-Every method in the book trains small heads on features of *frozen* models (LLM text features,
-DINOv2 image features). Encoding is by far the most expensive step (ShareLock: 80 GB of images
-become 12 GB of features), so it is done once per *spec* -- a dict naming everything that changes
-the numbers (model id + revision or file hash, layer, pooling, prompt template, dtype,
-preprocessing, dataset manifest hash) -- and every later run reads the cache.
-
-Layout of one entry, ``root/<key[:2]>/<key>/`` with ``key = spec_key(spec)``::
-
-    spec.json                 the spec, for humans and for `grep`
-    ids.json                  the row ids; row i of the features belongs to ids[i]
-    shard-00000.npy           rows [0, shard_rows), plain .npy (no pickle), memory-mapped on read
-    shard-00000.json          sidecar {index, rows, shape, dtype, xxh3_128, nbytes}
-    manifest.json             written last, once every shard exists: the entry is complete
-    locks/entry.lock          empty files that processes ``flock``; never deleted (see "Concurrency")
-    locks/shard-00000.lock
-
-Why it looks like this:
-
-* **Rows follow ``ids``.** Rows are never ordered by a dict or a directory listing (ShareLock's
-  official code orders class prototypes by ``list_keys()``, a latent misalignment bug).
-* **Write-then-rename.** Every file goes to a temp file in the same directory, is fsynced, then
-  ``os.replace``-d into place, so a crash leaves either the old state or the new one, never half a
-  file under a real name. A shard's sidecar is written only *after* its ``.npy`` is in place: a
-  shard is finished iff its sidecar exists and the ``.npy`` matches it. Hence precompute is
-  resumable: finished shards are never recomputed, a shard without a sidecar always is.
-* **Checksums.** Sidecars carry a checksum of the ``.npy`` file under the name of its algorithm
-  (XXH3-128; entries written before carry sha256 and are verified with it); reads verify it per the
-  store's ``verify`` policy. The manifest carries a sha256 of its own content, so an edited or damaged
-  manifest is reported as such (not as a bad shard). The manifest holds no timestamp: the same inputs
-  give a bit-identical entry.
-* **Advice that works.** ``python -m lib.core.store repair <entry dir>`` (lib.core.store_repair;
-  :meth:`FeatureStore.repair` given a spec) deletes exactly the shards that fail, restores a lost
-  sidecar from the manifest, and drops a manifest or ``ids.json`` that disagrees with intact shards, so
-  the next :meth:`FeatureStore.get_or_compute` recomputes only what was broken; ``... check <entry
-  dir>`` verifies every shard. Every message that gives advice gives that command with the real path.
-  Deleting a shard's files and rerunning works too: a cache hit stats every listed shard (no hashing),
-  and one that is missing or of the wrong size is recomputed, with a warning.
-* **Read-only or full.** A cache hit writes nothing and takes no lock, so read-only stores serve hits;
-  a call that must write to one, or to a full disk, is one StoreError naming the store and the fix.
-* **Ranks.** With ``world_size`` W, rank r computes shards r, r+W, ... (``torchrun``/``accelerate``),
-  so many GPUs need no new code; whichever process finds all shards present writes the manifest.
-* **Concurrency.** Any number of processes may precompute into one entry at once (ranks, or two
-  notebooks started together). A process computes a shard only while it holds that shard's lock
-  (``fcntl.flock`` on ``locks/shard-NNNNN.lock``) and re-checks under the lock that the shard is still
-  unfinished, so no shard is computed twice; it first takes the shards nobody holds and then waits
-  for the others, which are normally finished by then. ``locks/entry.lock`` guards the small files
-  (``spec.json``, ``ids.json``, ``manifest.json``) and :meth:`FeatureStore.repair`. A process holds
-  at most one shard lock, and never asks for the entry lock while holding a shard lock (repair takes
-  the entry lock, then one shard lock at a time), so there is no lock cycle and no deadlock. The
-  kernel drops an flock when its process dies, SIGKILL included: a crash never leaves a stale lock.
-  Temp files of a shard are deleted only under that shard's lock, so a crash's leftovers go and a
-  live writer's do not. A pure cache hit takes no lock (read-only stores work). Without ``fcntl``
-  (Windows) or on a file system that refuses ``flock``, locking is off: use one process per entry.
+An entry, one per *spec* (a dict naming everything that changes the numbers), lives in ``root/<key[:2]>/<key>/``;
+``python -m lib.core.store check|repair <entry dir>`` verifies or repairs one.
 """
 from __future__ import annotations
 
@@ -83,13 +31,10 @@ __all__ = ["CachedFeatures", "FeatureStore", "StoreError", "repair_command", "sp
 
 
 class FeatureStore:
-    """A directory of cache entries, one per spec (see the module docstring and book/design.md).
+    """A directory of cache entries, one per spec (book/design.md, "The feature store").
 
-    ``dtype`` is how new shards are stored (float16 halves disk and RAM; overflow is an error,
-    never a silent inf). ``verify``: "once" checks a shard's checksum the first time this process
-    opens it, "always" on every open, "never" trusts the sidecar (sizes and shapes are always checked).
-    Several processes may precompute into one entry at once (see "Concurrency" in the module docstring).
-    """
+    ``dtype``: how new shards are stored (float16 by default; overflow is an error). ``verify``: check a shard's
+    checksum "once" per process, "always", or "never" (sizes and shapes are always checked)."""
 
     def __init__(self, root: str | os.PathLike, *, dtype: str = "float16", shard_rows: int = 4096,
                  verify: str = "once"):
@@ -215,15 +160,11 @@ class FeatureStore:
                        desc: str | None = None) -> CachedFeatures | None:
         """Return the features of ``ids`` under ``spec``, computing only the shards not yet on disk.
 
-        ``compute(rows)`` gets the int64 row indices (into ``ids``) of one shard and returns a
-        ``(len(rows), dim)`` float array or tensor. With ``world_size`` W > 1 this process computes
-        only shards ``s % W == rank`` and returns ``None`` while other ranks' shards are missing;
-        after a barrier (``torch.distributed.barrier()``, ``accelerator.wait_for_everyone()``) any
-        rank gets the complete entry from :meth:`open` or another call. ``progress=None``: a tqdm
-        bar unless the ``CI`` environment variable is set. Safe to call from several processes at
-        once for the same spec: each shard is computed by one of them (module docstring, "Concurrency").
-        ``dtype`` / ``shard_rows``: how this entry's shards are stored (default: the store's); an entry is
-        always read back with the layout it was written with.
+        ``compute(rows)`` gets the int64 row indices (into ``ids``) of one shard and returns a ``(len(rows), dim)``
+        float array or tensor. With ``world_size`` W > 1 this process computes only shards ``s % W == rank`` and
+        returns ``None`` while other ranks' shards are missing (after a barrier any rank can :meth:`open` the entry).
+        ``progress=None``: a tqdm bar unless ``CI`` is set. ``dtype`` / ``shard_rows``: this entry's layout
+        (default: the store's). Safe from several processes at once.
         """
         dtype, shard_rows = self._layout(dtype, shard_rows)
         key = spec_key(spec)
@@ -395,10 +336,8 @@ class FeatureStore:
     def repair(self, spec: Mapping) -> list[int]:
         """Make the entry consistent again; return the indices of the shards it deleted.
 
-        The same as ``python -m lib.core.store repair <entry dir>`` (lib.core.store_repair.repair): every
-        shard is checked in full against its sidecar or the manifest's copy, the ones that match neither
-        are deleted, so the next :meth:`get_or_compute` recomputes exactly those; a damaged manifest or
-        ``ids.json`` is dropped and rebuilt without recomputing. Safe while other processes precompute.
+        The same as ``python -m lib.core.store repair <entry dir>`` (lib.core.store_repair.repair); the next
+        :meth:`get_or_compute` recomputes exactly the deleted shards. Safe while other processes precompute.
         """
         entry = self.entry_dir(spec)
         if not entry.is_dir():

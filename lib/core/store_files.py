@@ -1,20 +1,8 @@
 """The store's files: canonical keys, atomic writes, locks, checked sidecars and manifests, and the
 read side (:class:`CachedFeatures`, memory-mapped shards checked against their checksum).
 
-Why apart from ``lib.core.store``: these are the on-disk guarantees (write-then-rename, ``flock``,
-checksums) that :class:`lib.core.store.FeatureStore` builds on; each is small and tested by damaging
-files (tests/test_reliability_store.py). The layout and the reasons are in ``lib.core.store``'s
-docstring and book/design.md.
-
-Checksums: a sidecar names the algorithm of its checksum by its key: ``"xxh3_128"`` (what shards are
-written with; fast enough that verifying a shard costs a few per cent of reading it) or ``"sha256"``
-(stores written before; still read and verified with sha256). Keys, the manifest's own checksum and
-the ids hash stay sha256: they are identities (lib.core.checksums).
-
-Every piece of advice a message gives is one command that works as written from a shell:
-:func:`repair_command` (``python -m lib.core.store repair <entry>``, lib.core.store_repair). A store
-that cannot be written (read-only, disk full) is one :class:`StoreError` naming the store and the fix
-(:func:`_storage_error`); a cache hit on a read-only store never writes.
+Why apart from ``lib.core.store``: these are the on-disk guarantees the store builds on, each small and tested by
+damaging files (tests/test_reliability_store.py); they are described in book/design.md.
 """
 from __future__ import annotations
 
@@ -39,7 +27,7 @@ from lib.core.checksums import STORE_ALGORITHM, STORE_ALGORITHMS, buffer_digest,
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover  (Windows: no flock, see "Concurrency" in lib.core.store)
+except ImportError:  # pragma: no cover  (Windows: no flock, see book/design.md)
     fcntl = None
 
 STORE_DTYPES = ("float16", "float32")
@@ -156,9 +144,7 @@ def _write_all(fd: int, data: memoryview) -> None:
 def atomic_write(path: Path, data: bytes, kind: str) -> None:
     """Write-then-rename: readers see the old file or the whole new one, never a torn write.
 
-    ``kind`` names the file in the test hook's events (``{kind}_partial``, ``before_{kind}_rename``, ...).
-    A read-only store or a full disk is one StoreError (:func:`_storage_error`); the temp file goes.
-    """
+    ``kind`` names the file in the test hook's events; a read-only or full store is one StoreError."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     view = memoryview(data)
     try:
@@ -191,9 +177,7 @@ def atomic_write(path: Path, data: bytes, kind: str) -> None:
 def file_lock(path: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created if absent) for the block; yields whether it is held.
 
-    ``blocking=False`` yields False at once if another process (or another open of the file in this
-    process) holds it. Closing the descriptor releases the lock, and so does the death of the process.
-    """
+    ``blocking=False`` yields False at once if it is held elsewhere. The lock dies with the descriptor or process."""
     global _no_flock_warned
     if fcntl is None:
         yield True
@@ -227,10 +211,8 @@ def lock_path(entry: Path, shard: int | None = None) -> Path:
 def clean_temp(entry: Path, *, shard: int | None = None, meta: bool = False, idle_shards: bool = False) -> int:
     """Delete crash leftovers, each only under the lock that its writer would hold; return how many.
 
-    ``shard=s``: temp files of shard s (caller holds its lock). ``meta``: temp files of spec.json,
-    ids.json, manifest.json (caller holds the entry lock). ``idle_shards``: temp files of any shard
-    whose lock is free right now (a live writer holds its shard's lock, so its files stay).
-    """
+    ``shard=s``: shard s's temp files (its lock held); ``meta``: those of the small files (entry lock held);
+    ``idle_shards``: those of any shard whose lock is free right now."""
     prefixes = [f".shard-{shard:05d}."] if shard is not None else []
     prefixes += [f".{name}." for name in _META] if meta else []
     removed = 0

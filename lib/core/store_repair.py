@@ -3,17 +3,8 @@
     python -m lib.core.store check  <entry dir>   # verify every shard's checksum; exit 1 naming the damage
     python -m lib.core.store repair <entry dir>   # delete what is damaged; the next run recomputes only that
 
-Why a command: a notebook user who meets a damaged entry holds no spec (it is built inside
-lib.core.features), only the path that the store's message names. The entry keeps its spec
-(``spec.json``, and a copy in ``manifest.json``), so the entry folder is all that repair needs, and
-every message of the store (book/design.md, "The feature store") that gives advice gives this command with the real path
-(:func:`lib.core.store_files.repair_command`). A file inside the entry (a shard, the manifest) names
-it too. :meth:`lib.core.store.FeatureStore.repair` is the same repair, given a spec.
-
-Repair takes the entry lock, then one shard lock at a time (the order of lib.core.store's
-"Concurrency"), so it is safe while other processes precompute into the entry. It drops the manifest
-*before* it deletes any shard, so a repair killed half-way leaves an ordinary incomplete entry, which
-the next run resumes.
+Why a command: a user who meets a damaged entry holds only its path, and the entry keeps its spec. Repair is safe
+while others precompute and resumable if killed (book/design.md, "The feature store").
 """
 from __future__ import annotations
 
@@ -84,14 +75,8 @@ def _ids_readable(raw: bytes) -> bool:
 def repair(entry: Path, spec: Mapping | None = None) -> dict:
     """Make ``entry`` consistent again; return what was done (see :func:`report`).
 
-    Every shard is checked in full against its sidecar, or against the manifest's copy when the
-    sidecar is lost or damaged (then the sidecar is restored). A shard that matches neither is
-    deleted, so the next ``get_or_compute`` recomputes exactly those shards. A manifest that is
-    damaged or disagrees with intact shards is dropped (the next call rebuilds it without recomputing
-    anything), and so is an ``ids.json`` that disagrees with an intact manifest (the next call rewrites
-    it). An ``ids.json`` that is unreadable while no manifest says which ids the shards hold takes the
-    shards with it. Crash leftovers (temp files) go too. ``spec``: the entry's spec (default: read from
-    spec.json or the manifest).
+    Shards that match neither their sidecar nor the manifest's copy are deleted; a lost sidecar is restored; a
+    manifest or ``ids.json`` that disagrees with intact shards is dropped. ``spec``: default read from the entry.
     """
     entry = Path(entry)
     if not entry.is_dir():

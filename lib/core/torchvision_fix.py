@@ -1,13 +1,8 @@
 """Make ``import torchvision`` (and so ``timm`` and ``open_clip``) work beside a CPU-only torch.
 
-Why: the only torchvision release for ``torch==2.13.0`` is a CUDA build whose compiled ops
-(``torchvision/_C.so``) cannot load next to the CPU torch wheel. ``import torchvision`` then dies
-in its meta registrations with ``operator torchvision::nms does not exist``. The book only uses
-torchvision's *transforms* (through timm and open_clip), never its compiled detection ops, so it is
-enough to declare the two op schemas that torchvision registers fake kernels for. We do this only
-when the compiled extension really cannot load, and never touch ``site-packages``
-.
-
+Why: the only torchvision for ``torch==2.13.0`` is a CUDA build whose compiled ops cannot load next to the CPU
+torch wheel (``operator torchvision::nms does not exist``). The book uses only torchvision's transforms, so when
+the extension cannot load the two op schemas it needs are declared (``site-packages`` is never touched).
 See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline".
 """
 from __future__ import annotations

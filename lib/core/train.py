@@ -1,45 +1,10 @@
 """One training loop for every method in the book.
 
-Every method trains small heads on *cached* features (see ``lib.core.store``), so training is cheap and
-the loop can be simple: features stay resident as tensors, each batch is a slice of a seeded random
-permutation (no DataLoader, no workers), and one optimiser step per batch. See
-notebooks/sharelock.py, section "Training the head", for the narrative.
-
-A *method* is any ``nn.Module`` with ``loss(batch: dict[str, Tensor]) -> Tensor`` (a scalar): the
-loop never needs to know whether it trains a ShareLock MLP, a LiT linear head, the three heads of
-Three Towers or FDT's codebook.
-
-What the loop does, and why:
-
-* Adam or AdamW, cosine learning-rate schedule with linear warm-up (the exact formula of HF
-  ``transformers.get_cosine_schedule_with_warmup``, which ShareLock's official code uses), gradient
-  norm clipping (ShareLock: 1.0). ``weight_decay`` applies to every trainable parameter (as ShareLock's
-  ``torch.optim.Adam(self.parameters(), weight_decay=1e-4)``; with Adam it is L2 added to the
-  gradient, with AdamW decoupled decay).
-* Gradient accumulation (``micro_batch_size < batch_size``). Each micro-batch's loss is computed on
-  that micro-batch alone, multiplied by its share of the rows and back-propagated; the optimiser steps
-  once per batch. For a loss that is a mean over rows this is exactly the full-batch gradient. For a
-  contrastive loss it is **not**: each loss only sees ``micro_batch_size - 1`` negatives. ShareLock's
-  official code reaches its "batch 16,384" as 1,024 x 16 accumulation (PyTorch Lightning's
-  ``accumulate_grad_batches``), so its losses see 1,023 negatives; :class:`TrainResult` records
-  ``negatives_per_loss`` so the notebooks can say which one they ran.
-* Validation loss in eval mode (BatchNorm running statistics, no dropout) every ``eval_every`` steps
-  and at the end; the best weights (lowest validation loss) are kept and restored at the end;
-  optional early stopping after ``patience`` evaluations without improvement.
-* Determinism: the same seed gives bit-identical history and parameters on CPU. Call
-  :func:`seed_everything` before building the model (the loop does not build it); :func:`fit` seeds
-  torch's global generator again (dropout) and draws batches from its own generator.
-* Several processes (``torchrun``; ``torch.distributed`` initialised with world size W > 1, e.g. by
-  :func:`lib.core.distributed.init`): the method is wrapped in ``DistributedDataParallel``, every rank draws
-  the *same* seeded permutation and takes its contiguous 1/W slice of each (micro-)batch, and
-  :class:`lib.nn.losses.ClipLoss` gathers the embeddings of all ranks with gradient, so a loss sees the
-  global batch's negatives and the run reproduces single-process training (same history and weights up
-  to float rounding). Differences that remain, by design: dropout masks (rank r seeds its generator with
-  ``seed + r``, so ranks do not share masks), and BatchNorm statistics on CPU (see :func:`fit`).
-  Validation runs on every rank over the whole validation set without gathering, and rank 0's value
-  decides best step and early stopping on all ranks. Why and how: book/scale_out.md.
-* With ``LIB_RUN_CACHE=1`` a run already done (same tensors, method, settings, seed, code) is read back
-  instead of retrained, weights included (:mod:`lib.core.run_cache`).
+Every method trains small heads on *cached* features, so the loop can be simple: features stay resident as
+tensors, each batch is a slice of a seeded random permutation, one optimiser step per batch. A *method* is any
+``nn.Module`` with ``loss(batch: dict[str, Tensor]) -> Tensor`` (a scalar). See
+notebooks/sharelock.py, section "Training the head", for the narrative. Gradient accumulation and several
+processes (DDP, gathered negatives) are explained in book/scale_out.md.
 """
 from __future__ import annotations
 
@@ -67,8 +32,7 @@ def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, NumPy and torch (all devices).
 
     Call it before building the model so that its initial weights depend on the seed only; see
-    notebooks/sharelock.py, section "Training the head".
-    """
+    notebooks/sharelock.py, section "Training the head"."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -76,13 +40,7 @@ def seed_everything(seed: int) -> None:
 
 def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
     """Learning-rate multiplier after ``step`` optimiser steps (0-based): linear warm-up from 0, then
-    half a cosine down to 0.
-
-    Identical to the ``lr_lambda`` of HF ``get_cosine_schedule_with_warmup`` (used by ShareLock's
-    official code with 150 warm-up steps out of 5,000): ``step / warmup`` during warm-up, then
-    ``0.5 * (1 + cos(pi * (step - warmup) / (total - warmup)))``. As there, the very first update uses
-    a learning rate of 0 when ``warmup_steps > 0``.
-    """
+    half a cosine down to 0, as HF ``get_cosine_schedule_with_warmup`` (ShareLock's official code)."""
     if step < warmup_steps:
         return float(step) / float(max(1, warmup_steps))
     progress = float(step - warmup_steps) / float(max(1, total_steps - warmup_steps))
@@ -93,13 +51,9 @@ def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int) -> float:
 class TrainResult:
     """What :func:`fit` did.
 
-    ``history`` has one dict per optimiser step: ``step`` (1-based), ``lr`` (the rate used for that
-    step), ``train_loss`` (the share-weighted mean of the micro-batch losses), ``grad_norm`` (total
-    gradient norm *before* clipping) and ``val_loss`` (None when not evaluated at that step).
-    ``negatives_per_loss`` is how many negatives each contrastive loss saw (rows per micro-batch - 1;
-    under DDP the *global* micro-batch when the loss gathers across ranks, else the rank's slice).
-    ``world_size`` is the number of processes that trained (1 without ``torch.distributed``).
-    ``best_step``/``best_val_loss`` are None without a validation set.
+    ``history`` has one dict per optimiser step: ``step`` (1-based), ``lr``, ``train_loss``, ``grad_norm`` (before
+    clipping) and ``val_loss`` (None when not evaluated). ``negatives_per_loss``: how many negatives each
+    contrastive loss saw. ``best_step``/``best_val_loss`` are None without a validation set.
     """
 
     history: list[dict[str, Any]]
@@ -155,9 +109,7 @@ def _progress_default() -> bool:
 def _validation_loss(method: nn.Module, val: dict[str, torch.Tensor], n_val: int, batch_size: int) -> float:
     """Mean loss over consecutive full validation batches, in eval mode.
 
-    Only full batches are used (all rows as one batch if there are fewer than ``batch_size``), so every
-    loss averaged sees the same number of negatives: a contrastive loss over a short last batch is
-    easier and would bias the mean.
+    Only full batches, so every loss averaged sees the same number of negatives (a short last batch is easier).
     """
     was_training = method.training
     method.eval()
@@ -228,14 +180,8 @@ def _rank_slice(chunk: torch.Tensor, rank: int, world: int) -> torch.Tensor:
 def _wrap_ddp(method: nn.Module, device: torch.device) -> nn.Module:
     """``DistributedDataParallel`` around ``method.loss``, with SyncBatchNorm where torch supports it.
 
-    DDP broadcasts rank 0's parameters and buffers at construction (every rank starts from the same
-    weights) and averages gradients in the backward pass. BatchNorm layers become ``nn.SyncBatchNorm`` on
-    CUDA (in place; they stay SyncBatchNorm after :func:`fit`, which behaves as BatchNorm in eval mode and
-    in a single process), so batch statistics are those of the global batch, as in one process. On CPU
-    torch's SyncBatchNorm refuses to run: each rank then normalises its slice with its own statistics
-    (and DDP broadcasts rank 0's running statistics), which is *not* single-process training; a warning
-    says so.
-    """
+    On CPU torch's SyncBatchNorm refuses to run, so each rank normalises its own slice, with a warning
+    (book/scale_out.md, on BatchNorm)."""
     from torch.nn.parallel import DistributedDataParallel
 
     has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in method.modules())
@@ -281,24 +227,10 @@ def fit(
 ) -> TrainResult:
     """Train ``method`` on resident feature tensors; return the history and restore the best weights.
 
-    ``train`` and ``val`` map names to tensors sharing their first dimension (rows); a batch is the
-    same dict with a subset of rows, passed to ``method.loss``. Batches of ``batch_size`` rows are
-    drawn from a fresh seeded permutation each epoch; the last incomplete batch of an epoch is dropped
-    (if there are fewer rows than ``batch_size``, every batch is all rows).
-
-    With ``micro_batch_size`` set, each batch is cut into micro-batches whose losses are scaled by their
-    share of rows and back-propagated before one optimiser step (see the module docstring for what that
-    means for contrastive losses). Validation batches have the size of the loss's batch
-    (``micro_batch_size`` when set, else ``batch_size``), so train and validation losses see the same
-    number of negatives and are comparable, as in ShareLock's official code (its validation batches
-    hold 1,024 rows).
-
-    Under ``torch.distributed`` (world size W > 1, see the module docstring): ``batch_size`` and
-    ``micro_batch_size`` are *global* (all ranks together) and must be multiples of W; each rank takes
-    its 1/W of every micro-batch, DDP averages the gradients, and a gathering loss
-    (:class:`lib.nn.losses.ClipLoss`) sees all ``micro_batch_size - 1`` negatives. BatchNorm is synchronised
-    on CUDA (``nn.SyncBatchNorm``) but not on CPU (:func:`_wrap_ddp`). Every rank returns the same weights.
-
+    ``train`` and ``val`` map names to tensors sharing their first dimension; a batch is the same dict with a subset
+    of rows, passed to ``method.loss``; each epoch draws a seeded permutation and drops its last incomplete batch.
+    ``micro_batch_size`` accumulates micro-batch losses into one step (a contrastive loss then sees fewer
+    negatives). Under ``torch.distributed`` the batch sizes are *global* and must be multiples of W.
     See notebooks/sharelock.py, section "Training the head", and book/scale_out.md.
     """
     start = time.perf_counter()

@@ -1,10 +1,8 @@
 """Every image the book opens goes through :func:`open_image`: one clear error naming the file and the fix.
 
-Why: a damaged file deep inside a dataset otherwise surfaces as a bare PIL exception, sometimes without
-a path, halfway through a feature pass. Here the error names the file, says why it cannot be read,
-and says what to do (for an extracted corpus, the command that extracts it again). Very large images
-(some clip-art PNGs are hundreds of megapixels, past PIL's decompression-bomb guard) are refused with
-the same kind of message; a pixel cap shrinks the large ones PIL will open. See notebooks/sharelock.py,
+Why: a damaged file deep inside a dataset otherwise surfaces as a bare PIL exception, sometimes without a
+path, halfway through a feature pass. Very large images are refused with the same kind of message, or shrunk
+by a pixel cap. See notebooks/sharelock.py,
 section "The data".
 """
 from __future__ import annotations
@@ -24,10 +22,8 @@ def open_image(path: str | Path, *, mode: str | None = None, fix: str | None = N
                max_pixels: int | None = None) -> Image.Image:
     """The image at ``path``, fully decoded (the file is closed again), optionally converted to ``mode``.
 
-    ``fix``: what to tell the reader when the file is damaged (default: remove or replace it).
-    ``max_pixels``: images larger than this are reduced while decoding (JPEG draft mode) or after it
-    (``thumbnail``) to at most that many pixels; without it, PIL's decompression-bomb limit applies.
-    """
+    ``fix``: what to tell the reader when the file is damaged. ``max_pixels``: larger images are reduced to at most
+    that many pixels; without it, PIL's decompression-bomb limit applies."""
     path = Path(path)
     remedy = fix or "remove it or replace it with a readable copy"
     try:

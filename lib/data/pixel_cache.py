@@ -1,15 +1,10 @@
 """Resident uint8 pixels of an image set, decoded once and kept on disk beside the feature store.
 
-Why: the Three Towers chapter trains its image tower on pixels, not on cached features, and decoding the
-medium corpus (Openclipart PNGs up to hundreds of megapixels, SVGs rasterised by cairo) costs about six
-minutes on two cores, every run, for ~17,000 images of 32 or 48 pixels a side. The decoded array is small
-(17,000 x 3 x 48 x 48 bytes = 118 MB) and depends only on the images and the size, so it is cached.
-
-The key is a hash of everything the pixels depend on: the set's name, its image ids, its ``source`` (the
-manifests' sha256 and the SVG renderer's version, :func:`corpora.medium.source_identity`), the size and
-the decoding version below. A cached file is written whole or not at all (:mod:`lib.core.atomic`); one
-that cannot be read or has the wrong shape is decoded again, with a warning naming it, since it is a
-cache and not a result. See notebooks/three_towers.py, section "The data".
+Why: the Three Towers chapter trains its image tower on pixels, not on cached features, and decoding large
+clip-art (huge PNGs, SVGs rasterised by cairo) every run costs minutes, while the decoded array is small and
+depends only on the images and the size. The key hashes the set's name, image ids, ``source``, size and the
+decoding version below; a file that cannot be read is decoded again, with a warning.
+See notebooks/three_towers.py, section "The data".
 """
 from __future__ import annotations
 

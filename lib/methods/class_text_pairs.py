@@ -14,12 +14,9 @@ __all__ = ["ClassTextPairs"]
 class ClassTextPairs(nn.Module):
     """A method trained on classes that have several texts each: the paper's "every text is a target".
 
-    At every training step each image is paired with **one text of its class drawn uniformly at random**
-    (a seeded generator). Why this sampling: every text of a class becomes a target over training, as in
-    the paper, while an epoch still has one pair per image, so a class with 80 templates or 7 sentences
-    weighs no more than a class with one text, and the batch (its negatives) is the same size for every
-    text type. Training batches carry ``image`` and ``label`` (the class whose texts to draw from); a batch
-    that carries ``text`` (the validation set: one fixed draw per image) is used as is.
+    At every step each image is paired with **one text of its class drawn at random** (seeded): every text becomes
+    a target over training, while a class with many texts weighs no more than one with a single text. Training
+    batches carry ``image`` and ``label``; a batch that carries ``text`` (validation) is used as is.
     """
 
     def __init__(self, method: nn.Module, text_features: torch.Tensor, owner: Sequence[int], n_classes: int,

@@ -1,47 +1,11 @@
 """FDT: images and texts described by one shared, learned codebook ("Finite Discrete Tokens").
 
-Chen et al., CVPR 2023, *Revisiting Multimodal Representation in Contrastive Learning: From Patch and
-Token Embeddings to Finite Discrete Tokens*. Instead of comparing a pooled image vector with a pooled
-text vector, both sides are rewritten in the same vocabulary of ``K`` learnable codes ``C (K x d)``:
-
-1. a per-modality projector maps every patch / token feature ``x_j`` to a query ``q_j``;
-2. the relevance of code ``i`` is its best match over the patches / tokens, ``r_i = max_j <q_j, c_i>``
-   (the paper's Eqs. 4 and 6; padding tokens excluded);
-3. the weights are ``w = sparsemax(r)`` (Eq. 8; softmax, Eqs. 5 and 7, is the paper's ablation), so an
-   item can use only some of the codes;
-4. the embedding is ``normalize(w @ C)`` (Eqs. 9 and 10), trained with CLIP's symmetric InfoNCE and a
-   learnable logit scale.
-
-See notebooks/fdt.py, sections "The FDT head" and "What the official code does, measured". In this book
-the patch and token features come from frozen encoders (``lib.core.features.image_tokens`` /
-``text_tokens``); only the projectors, the codebook and the logit scale are trained.
-
-Official code (github.com/yuxiaochen1103/FDT at ``ccf69830``, ``prototype/model/clip_fdt.py``,
-``Query_model``; ``example/clip_fdt/config_cc3m.yaml`` and ``train_solver.py``) versus the paper, all
-selectable here (``OFFICIAL`` / ``PAPER`` below collect them):
-
-* image queries: the code queries the **patch tokens only** (``dense_feat = x[:, 1:, :]``,
-  ``visual_transformer.py`` L72: no CLS token, before ``ln_post``); the text side queries every token;
-* projector: paper "a fully-connected layer with GELU activation" (``"fc_gelu"``); code
-  LayerNorm-Linear-GELU-LayerNorm-Linear (``"ln_mlp"``, ``q_map`` L47-53);
-* the dot products are divided by ``sqrt(d)`` (L84) and then by a temperature of 1000 (L98; config
-  ``sd_temperature: 1000``; its "decay" has weight 1, so it never changes); neither is in the paper;
-* padding: the code multiplies the padded tokens' logits by 0 instead of excluding them, so padding
-  contributes a logit of exactly 0 to the max: a code whose best real token scores below 0 gets
-  relevance 0 in a padded caption but a negative relevance in an unpadded one (``padding="zero"``);
-* the log logit scale is clamped to [3, 6] around every optimiser step (``train_solver.py`` L339-340,
-  L355-356) and the scale ``exp(p)`` capped at 100 in the forward (``clip_fdt.py`` L307): an effective
-  scale in [e^3 = 20.1, 100]; the paper gives no value or clamp for its temperature
-  (``log_scale_bounds``, :class:`lib.nn.losses.ClipLoss`);
-* the loss averages the two InfoNCE directions (``loss.py`` L44-46), the paper's Eq. 11 sums them (a
-  factor 2 on the loss and its gradients, which Adam's updates hardly see: they are invariant to a
-  constant gradient scale up to ``eps``);
-* codebook initialised ``randn`` (std 1), weight decay 0.1 on it (LayerNorm, biases, logit scale 0).
-
-Precision: the relevance is cast to float32 before the sparsemax/softmax. Under bf16 autocast the
-matrix products run in bfloat16, and a sparsemax computed in bfloat16 over 16,384 codes has a cumulative
-sum whose rounding (spacing 0.125 at 16) moves its threshold: the weights then miss a sum of 1 by up
-to a few percent. In float32 they are a proper distribution whatever the precision of the products before.
+Chen et al., CVPR 2023: both sides are rewritten in one vocabulary of learnable codes (a code's relevance is its
+best match over an item's projected patches or tokens; the weights are their sparsemax; the embedding is
+``normalize(w @ C)``). Here the features come from frozen encoders; only the projectors, the codebook and the
+logit scale train. Every difference of the official code from the paper is an option (``OFFICIAL`` / ``PAPER``).
+See notebooks/fdt.py, sections "The FDT head" and "What the official code does, measured". Every difference,
+listed: notebooks/fdt.py, section "Paper, official code, this book".
 """
 from __future__ import annotations
 
@@ -105,12 +69,8 @@ def relevance(queries: torch.Tensor, codebook: torch.Tensor, mask: torch.Tensor,
               scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``r[b, i] = max_j scale * <q[b, j], c_i>`` and the maximising token ``j`` for every code.
 
-    ``padding="mask"``: padded tokens are set to ``-inf`` before the max (they never win).
-    ``padding="zero"``: their logits are multiplied by 0 (official code), so they take part in the max
-    with a logit of 0 and the returned index may point at a padded token.
-    The ``B x T x K`` logits exist one chunk of rows at a time (at most :data:`MAX_LOGITS` floats: a
-    training batch of 4,096 x 256 patches x 16,384 codes would be 69 GB in float32 at once); autograd keeps
-    only the queries, the codebook and the argmax indices, so the backward pass is chunked the same way.
+    ``padding="mask"``: padded tokens never win. ``padding="zero"`` (official code): their logits are multiplied
+    by 0, so they join the max at 0. The logits are built at most :data:`MAX_LOGITS` floats at a time.
     """
     if padding not in PADDINGS:
         raise ValueError(f"padding {padding!r} is not one of {PADDINGS}")
@@ -132,10 +92,8 @@ def relevance(queries: torch.Tensor, codebook: torch.Tensor, mask: torch.Tensor,
 def code_weights(r: torch.Tensor, weighting: str = "sparsemax") -> torch.Tensor:
     """``sparsemax(r)`` or ``softmax(r)`` over the codes, computed in float32 whatever ``r``'s dtype.
 
-    Under bf16 autocast the relevance comes out of a bfloat16 matrix product; a sparsemax in bfloat16 over
-    16,384 codes sums its sorted scores with a spacing of 0.125 near 16 and misplaces its threshold, so
-    the weights miss a sum of 1 by up to a few percent. The cast (and autocast switched off for this step) keeps
-    the weights a distribution and equal to those of a float32 relevance.
+    Why: a sparsemax in bfloat16 over 16,384 codes misplaces its threshold, so the weights miss a sum of 1 by up
+    to a few percent; in float32 they are a distribution whatever the precision of the products before.
     """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting {weighting!r} is not one of {WEIGHTINGS}")
@@ -148,9 +106,8 @@ def code_weights(r: torch.Tensor, weighting: str = "sparsemax") -> torch.Tensor:
 class CodeWeights:
     """What an FDT encoder did for a batch, for analysis (codebook usage, which patch/word fires a code).
 
-    ``weights`` (B, K): sparsemax/softmax of ``relevance`` (B, K); ``argmax`` (B, K): the token index
-    (into the batch's sequence, padding included) whose query matched each code best; ``embedding``
-    (B, d): ``normalize(weights @ codebook)``.
+    ``weights``, ``relevance``, ``argmax`` (the token index, padding included, that matched each code best): all
+    (B, K); ``embedding`` (B, d) = ``normalize(weights @ codebook)``.
     """
 
     weights: torch.Tensor
@@ -166,15 +123,10 @@ class CodeWeights:
 class FDTHead(nn.Module):
     """Shared codebook + one projector per modality + CLIP loss with a learnable clamped scale.
 
-    ``num_codes x code_dim`` is 16,384 x 512 in the paper. ``weighting``: ``sparsemax`` (FDT) or
-    ``softmax`` (ablation); both see ``relevance * (1/sqrt(code_dim) if scaled_dot) / temperature``, cast
-    to float32 (:func:`code_weights`). ``log_scale_bounds``: the official ``(3, 6)`` clamp of the log logit
-    scale (:class:`lib.nn.losses.ClipLoss`), or None (the paper states none).
-    ``padding``: ``"mask"`` (padding excluded, as the paper's max over tokens means) or ``"zero"``
-    (official code). ``temperature`` is a plain attribute, so a schedule may change it during training.
-    Inputs are ``(B, T, dim)`` sequences with ``(B, T)`` bool masks (True = real token); see
-    :mod:`lib.core.sequences`. ``loss(batch)`` makes it a method for ``lib.core.train.fit``. See notebooks/fdt.py,
-    section "The FDT head".
+    ``weighting``: ``sparsemax`` (FDT) or ``softmax`` (ablation), over ``relevance * (1/sqrt(code_dim) if
+    scaled_dot) / temperature``. ``log_scale_bounds``: the official ``(3, 6)`` clamp of the log logit scale, or
+    None. ``padding``: ``"mask"`` (excluded, the paper) or ``"zero"`` (official code). Inputs are ``(B, T, dim)``
+    sequences with ``(B, T)`` bool masks (True = real token). See notebooks/fdt.py, section "The FDT head".
     """
 
     def __init__(self, image_dim: int, text_dim: int, num_codes: int = 16384, code_dim: int = 512, *,
@@ -316,9 +268,7 @@ def codebook_usage(weights: torch.Tensor) -> torch.Tensor:
 def embed_sequences(encode, seqs, *, batch_size: int = 256, device: str | torch.device = "cpu") -> torch.Tensor:
     """``encode(x, mask)`` over a :class:`lib.core.sequences.SequenceFeatures` in batches -> ``(N, d)`` on CPU.
 
-    For evaluation (zero-shot prompts, retrieval): e.g. ``embed_sequences(head.encode_text, prompt_seqs)``.
-    Call ``head.eval()`` first.
-    """
+    E.g. ``embed_sequences(head.encode_text, prompt_seqs)``; call ``head.eval()`` first."""
     out = [encode(x, mask).float().cpu() for _, x, mask in seqs.batches(batch_size, device=device)]
     return torch.cat(out) if out else torch.empty(0)
 
@@ -328,8 +278,8 @@ def collect_codes(head: FDTHead, modality: str, seqs, *, batch_size: int = 256,
                   device: str | torch.device = "cpu") -> CodeWeights:
     """:meth:`FDTHead.codes` over a whole :class:`lib.core.sequences.SequenceFeatures`, on CPU.
 
-    ``argmax`` indexes each item's own tokens (padding is at the end of every row). The result holds
-    ``N x num_codes`` floats three times: fine for test sets, not for 15M pairs. See notebooks/fdt.py,
+    ``argmax`` indexes each item's own tokens. Holds ``N x num_codes`` floats three times: for test sets.
+    See notebooks/fdt.py,
     section "Codebook usage".
     """
     head.eval()
@@ -348,12 +298,10 @@ def weight_encoder(head: FDTHead, modality: str) -> Callable[[torch.Tensor, torc
 @torch.no_grad()
 def token_code_scores(head: FDTHead, modality: str, seq: torch.Tensor, mask: torch.Tensor | None,
                       codes: torch.Tensor | list[int]) -> torch.Tensor:
-    """How strongly each token matches each of ``codes``: ``scale * <q_j, c_i>``, ``(B, T, len(codes))``.
+    """How strongly each token matches each of ``codes``: ``scale * <q_j, c_i>``, ``(B, T, len(codes))``; padding NaN.
 
-    The max over ``j`` of these scores is the code's relevance; padded tokens are NaN. This is the
-    paper's qualitative figure (which patches and which words fire the same code); see notebooks/fdt.py,
-    section "Which patches and words share a code".
-    """
+    The paper's qualitative figure; see notebooks/fdt.py,
+    section "Which patches and words share a code"."""
     width = head.image_dim if modality == "image" else head.text_dim
     seq = seq.to(device=head.codebook.device, dtype=head.codebook.dtype)
     mask = _check(f"token_code_scores ({modality})", seq, mask, width)

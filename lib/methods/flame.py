@@ -1,25 +1,10 @@
 """FLAME as a trainable method on cached features: an image MLP into the frozen LLM's space, two losses.
 
 Why this shape: FLAME keeps the LLM frozen and puts *no* head on the text side; the facet embeddings
-(``lib.core.facets``) are the targets, and the image side learns to land among them. In the paper a ViT-B/16
-is trained from scratch and then a 2-layer MLP maps it into the LLM's hidden width; in this book the
-image tower is a frozen, cached feature, so only the MLP trains (say so when comparing numbers).
+(``lib.core.facets``) are the targets. The paper trains a ViT-B/16 and a 2-layer MLP; here the image feature is
+frozen and cached, so only the MLP trains (say so when comparing numbers).
 See notebooks/flame.py, sections "The image projector and the two losses" and
 "Two losses: Eq. 1 vs the official multi-positive sigmoid".
-
-* :class:`FlameProjector`: ``Linear -> GELU -> Linear -> LayerNorm``, L2-normalised (official
-  ``_build_mm_projector``, hidden width ``max(out_dim, 4096)``).
-* :class:`Flame`: projector + one of the two losses of ``lib.nn.losses``, with ``loss(batch)`` for
-  ``lib.core.train.fit``: :class:`~lib.nn.losses.FacetClipLoss` (the paper's Eq. 1, one CLIP InfoNCE per
-  facet, summed over facets, learnable temperature from 0.07) or
-  :class:`~lib.nn.losses.MultiPositiveSigmoidLoss` (what the official code trains with: SigLIP's pairwise
-  sigmoid loss where every image has P positive texts, 6 of its 11 cached embeddings, ``logits = scale *
-  cos + bias`` with scale 1/0.1 and bias -10 at init).
-
-* :func:`official_caption` and :data:`OFFICIAL_TEMPLATE`: how the official code words the prompt (the paper's
-  template is ``lib.core.facets.FLAME_TEMPLATE``); :data:`SHORT_TEXT_FACET`: the paper's one prompt for short texts.
-
-The chapter (config, data, experiments, claims) is ``chapters.flame``.
 """
 from __future__ import annotations
 
@@ -52,11 +37,8 @@ def official_caption(text: str) -> str:
 class FlameProjector(nn.Module):
     """FLAME's image-side MLP: cached image feature -> the LLM's hidden width, L2-normalised.
 
-    Official code (``src/open_clip/model.py``, ``_build_mm_projector`` with ``mlp_depth=2``):
-    ``Linear(width, max(projector_dim, 4096)) -> GELU -> Linear(., projector_dim) -> LayerNorm``, with
-    ``projector_dim`` the LLM width (5120 for Mistral-Nemo); the embedding is normalised before the
-    loss. Difference: the official MLP runs on every ViT token and the tokens are then averaged
-    (``pool_type: avg``); here it runs on one pooled, cached feature — MLP(mean) is not mean(MLP).
+    ``Linear(in, max(out, 4096)) -> GELU -> Linear(., out) -> LayerNorm`` as the official ``_build_mm_projector``;
+    it runs on one pooled, cached feature, not on every ViT token before averaging (MLP(mean) is not mean(MLP)).
     See notebooks/flame.py, section "The image projector and the two losses".
     """
 
@@ -86,13 +68,10 @@ class FlameProjector(nn.Module):
 class Flame(nn.Module):
     """FLAME on cached features: ``batch["image"]`` ``(B, Di)``, ``batch["text"]`` ``(B, K, Dt)`` facets.
 
-    ``loss="facet_infonce"`` (paper) or ``"mp_sigmoid"`` (official code). ``positives``: with the
-    sigmoid loss, how many of the K embeddings of each image are drawn at random per training batch
-    (official: 6 of 11); ``None`` uses all K. The text side has no trainable part: facet embeddings
-    are only L2-normalised; a caption's single embedding (retrieval, zero-shot) is the mean of its raw
-    facet states, renormalised, as the official ``encode_text(infer=True)``. ``embed_text`` /
-    ``embed_image`` make it usable with ``lib.core.evaluate.zero_shot`` and ``retrieval``; for short texts
-    (class names) the chapter passes only the paper's single prompt, ``(N, 1, D)``.
+    ``loss="facet_infonce"`` (paper) or ``"mp_sigmoid"`` (official code). ``positives``: with the sigmoid loss, how
+    many of the K embeddings per image are drawn per batch (official: 6 of 11; ``None``: all K). The text side is
+    only L2-normalised; a caption's single embedding is the renormalised mean of its facet states, as the official
+    ``encode_text(infer=True)``. ``embed_text`` / ``embed_image`` serve ``lib.core.evaluate``.
     """
 
     def __init__(self, image_dim: int, text_dim: int, *, loss: str = "facet_infonce", hidden_dim: int | None = None,

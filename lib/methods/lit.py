@@ -1,14 +1,9 @@
 """LiT, ShareLock's baseline: the image tower locked, a *pretrained* text encoder tuned end to end.
 
-Paper (Ruthardt et al., §6.1): "For LiT baselines, we initialize the language encoder with pretrained BERT weights
-[...] in accordance with the original implementation" (Zhai et al., *LiT: Zero-Shot Transfer with Locked-image text
-Tuning*). So the baseline differs from ShareLock in the text side only: where ShareLock reads a frozen decoder's
-cached last-token state through an MLP, LiT trains every weight of an encoder and a linear projection onto the same
-locked image feature. Same loss, same pairs, same image features. See notebooks/sharelock.py, section "The LiT
+It differs from ShareLock in the text side only (the paper, §6.1: pretrained BERT weights): an encoder and a
+linear projection train against the same locked image feature. Input: token ids, right-padded with the pad id
+(:func:`token_ids`). See notebooks/sharelock.py, section "The LiT
 baseline".
-
-Input: the text side takes token ids, right-padded with the tokenizer's pad id (:func:`token_ids`); the attention
-mask is read back from them, so the ids are one tensor that :func:`lib.core.train.fit` slices like any feature.
 """
 from __future__ import annotations
 

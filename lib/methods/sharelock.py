@@ -1,9 +1,8 @@
 """ShareLock as a trainable method: frozen image features, a head on frozen text features, CLIP loss.
 
 Why this shape: ShareLock trains *only* a text-side MLP; the DINOv2 image feature is used as is (L2
-normalised), so the text head maps LLM states into the vision space. The LiT-style baseline of this
-book keeps everything but swaps the MLP for one linear map. Any ``nn.Module`` with ``loss(batch)``
-trains with ``lib.core.train.fit``; ``lib.core.evaluate.zero_shot`` and ``retrieval`` evaluate it. See
+normalised), so the head maps LLM states into the vision space; the LiT-style baseline swaps the MLP for one
+linear map. See
 ``notebooks/sharelock.py``, sections "The projection head" and "Training the head".
 """
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Three Towers (Kossen et al., NeurIPS 2023): contrastive training of two towers with a frozen third tower.
 
-Why this module exists: the paper has no official code, so this file is the reference implementation;
-each equation of the paper sits beside the line that implements it, and the chapter
-(``notebooks/three_towers.py``) walks through it section by section.
-
-The pieces (paper §2 and §3):
-
-* ``f``: the image tower, trained from scratch on pixels, and ``g``: the text tower, trained from scratch
-  on word pieces (:mod:`lib.nn.towers`). §2 assumes both are L2-normalised, ``||f(I)|| = ||g(T)|| = 1``;
-* ``h = linear(p(I))``: the third tower, where ``p`` is a frozen pretrained image model whose features
-  come from the feature store and only the linear map (``R^P -> R^D``) trains;
-* four heads ``f_h, g_h, h_f, h_g``, each ``NL(x) = norm(linear(x))`` with a ``D -> D`` linear map learned
-  from scratch (:class:`Head`); ``f_h`` and ``g_h`` act on the *normalised* ``f(I)`` and ``g(T)``;
-* the loss (Eq. 4) ``(L_f<->g + L_fh<->hf + L_gh<->hg) / 3``, each term a symmetric InfoNCE (Eqs. 1-3),
-  all sharing one learned temperature (:class:`ThreeTowers`).
-
-At test time the heads and ``h`` are dropped: :meth:`ThreeTowers.export` returns the two towers alone
-(:class:`TwoTowerModel`). The paper's baselines are variants of the same class: ``scratch`` (f and g, no
-third tower) and ``lit`` (the image side is the locked pretrained model, here its cached features and one
-trainable linear map; g trains). The ablations are options: a loss weight ``w`` on the two third-tower
-terms, leave-one-out (``terms``), and ``headless`` (no heads; at test time the image embedding may mix
-``alpha * h + (1 - alpha) * f``).
-
+Why this module exists: the paper has no official code, so this file is the reference implementation, each
+equation beside the line that implements it. The baselines (``scratch``, ``lit``) and the ablations (loss
+weight, leave-one-out, ``headless``) are options of :class:`ThreeTowers`; at test time only ``f`` and ``g``
+remain (:meth:`ThreeTowers.export`).
 See notebooks/three_towers.py, sections "The three towers" and "The loss, equation by equation".
 """
 from __future__ import annotations
@@ -86,12 +68,8 @@ def load_tokenizer(name: str):
 class CompactVocabulary:
     """A tokenizer whose ids are renumbered to the word pieces that occur in ``texts`` (and the special tokens).
 
-    Why: a text tower trained from scratch learns an embedding row only for word pieces it reads; the other
-    rows of a 30k-piece vocabulary never receive a gradient, yet AdamW updates (decays) all of them at every
-    step, which is a third of a small-config training step on 2 CPU cores. Built over every text a run will
-    tokenize (captions and prompts), the model is the same as with the full vocabulary, up to the random
-    initial values of rows that never train. A piece outside ``texts`` maps to the unknown token.
-    """
+    Why: AdamW decays every embedding row at every step, also those of pieces a run never reads; the model is
+    the same up to never-trained rows. A piece outside ``texts`` maps to the unknown token."""
 
     def __init__(self, tokenizer, texts: Sequence[str]):
         seen = {i for ids in tokenizer(list(texts))["input_ids"] for i in ids}
@@ -104,9 +82,7 @@ class CompactVocabulary:
         self._padded: dict[tuple, dict[str, torch.Tensor]] = {}
 
     def padded(self, texts: Sequence[str], context: int) -> dict[str, torch.Tensor]:
-        """:func:`tokenize`'s result, memoised for the zero-shot prompts: every evaluation reads the same prompts again
-        (1,000 classes x 80 templates for ImageNet), and tokenising them again cost more than embedding them with a
-        small tower (the captions are tokenised once and are not kept here)."""
+        """:func:`tokenize`'s result, memoised for the zero-shot prompts, which every evaluation reads again."""
         key = (context, tuple(texts))
         if key not in self._padded:
             self._padded[key] = tokenize(self, texts, context)
@@ -136,9 +112,8 @@ def tokenize(tokenizer, texts: Sequence[str], context: int) -> dict[str, torch.T
 def augment(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Random scale (0.8-1.0), shift (up to 10 %) and horizontal flip, per image.
 
-    Why: a tower trained from scratch on ~2,700 drawings memorises them within a few hundred steps;
-    cheap geometric augmentation is what from-scratch CLIP-style training does too (a random resized
-    crop). Border padding repeats the edge, which is the white page for emoji.
+    Why: a tower trained from scratch on a few thousand drawings memorises them quickly; from-scratch CLIP training
+    augments too. Border padding repeats the edge (the white page for emoji).
     """
     n = images.shape[0]
     scale = torch.empty(n).uniform_(0.8, 1.0, generator=generator)
@@ -169,11 +144,9 @@ class Head(nn.Module):
 class ThreeTowers(nn.Module):
     """Scratch, LiT or 3T (with heads, or headless) as one trainable method for ``lib.core.train.fit``.
 
-    A batch holds ``pixels`` (uint8), ``input_ids``, ``attention_mask`` and ``third`` (the frozen features
-    p(I) from the store). ``weight`` is the paper's loss weight w on the two third-tower terms; ``terms``
-    keeps a subset of ``("fg", "fh", "gh")`` (the leave-one-out ablation); ``headless`` drops the four heads
-    and aligns f, g and h directly, so that at test time the image embedding can be
-    ``alpha * h + (1 - alpha) * f`` (:meth:`embed_image`).
+    A batch holds ``pixels`` (uint8), ``input_ids``, ``attention_mask`` and ``third`` (frozen p(I)). ``weight``: the
+    loss weight w on the third-tower terms; ``terms``: a subset of ``("fg", "fh", "gh")`` (leave-one-out);
+    ``headless``: no heads, so the test-time image embedding can be ``alpha * h + (1 - alpha) * f``.
     """
 
     def __init__(self, variant: str, *, third_dim: int, vocab_size: int, image_tower: ImageTowerConfig,

@@ -1,22 +1,13 @@
 """Contrastive losses: every loss of the book, in one module (as open_clip's ``loss.py``).
 
-* :func:`clip_loss` / :class:`ClipLoss`: CLIP's symmetric InfoNCE (ShareLock, Three Towers' terms, FDT);
-* :func:`facet_clip_loss` / :class:`FacetClipLoss`: FLAME's Eq. 1, one InfoNCE per prompt facet, summed;
-* :func:`multi_positive_sigmoid_loss` / :class:`MultiPositiveSigmoidLoss`: what FLAME's official code trains
-  with, SigLIP's sigmoid loss with several positives per image.
-
-The CLIP loss (symmetric InfoNCE) treats a batch of N image-text pairs as two N-way classification
-problems: each image must pick its own caption among the N captions, and each caption its own image
-among the N images. The other N-1 items of the batch are the negatives, which is why batch size
-matters so much for contrastive learning (and why ``lib.core.train`` reports how many negatives each loss
-really sees). See notebooks/sharelock.py, section "Training the head".
+:func:`clip_loss` / :class:`ClipLoss` is CLIP's symmetric InfoNCE (ShareLock, Three Towers, FDT): each image must
+pick its caption among the batch's N and each caption its image, so the other N-1 items are the negatives and
+batch size matters. :class:`FacetClipLoss` is FLAME's Eq. 1; :class:`MultiPositiveSigmoidLoss` is the sigmoid
+loss FLAME's official code trains with. See notebooks/sharelock.py, section "Training the head".
 
 Convention: ``logit_scale`` is the *scale* 1/tau (e.g. 1/0.07 = 14.29), not its logarithm, as in
-open_clip's ``ClipLoss`` and HF's ``CLIPModel`` after ``.exp()``.
-
-Several processes (``torchrun``, ``lib.core.train.fit`` under DDP): :class:`ClipLoss` gathers every rank's
-embeddings first (``lib.core.distributed.gather_with_grad``), so each loss sees the *global* batch's
-negatives, as open_clip's ``ClipLoss(gather_with_grad=True, local_loss=False)``. See book/scale_out.md.
+open_clip's ``ClipLoss``. Under several processes :class:`ClipLoss` gathers every rank's embeddings, so each loss
+sees the global batch's negatives (book/scale_out.md).
 """
 from __future__ import annotations
 
@@ -39,13 +30,9 @@ def clip_loss(
 ) -> torch.Tensor:
     """Symmetric InfoNCE of CLIP (Radford et al. 2021, Figure 3).
 
-    ``logits = logit_scale * image_emb @ text_emb.T``; row i's correct column is i;
-    the loss is ``(CE(logits, arange) + CE(logits.T, arange)) / 2``.
-
-    Inputs are expected to be L2-normalised already (the heads do it), so ``image_emb @ text_emb.T``
-    are cosine similarities. ``logit_scale`` is 1/tau, a float or a 0-d tensor (a learnable one
-    receives gradients). Equal to ``open_clip.loss.ClipLoss()(image_emb, text_emb, logit_scale)``
-    and to ShareLock's loss (HF ``clip_loss`` on ``exp(2.6592) * image @ text.T``, i.e. tau = 0.07).
+    ``logits = logit_scale * image_emb @ text_emb.T``; row i's correct column is i; the loss is
+    ``(CE(logits, arange) + CE(logits.T, arange)) / 2``. Inputs are L2-normalised already; ``logit_scale`` is 1/tau,
+    a float or a 0-d tensor. Equal to open_clip's ``ClipLoss`` and to ShareLock's loss.
     """
     if image_emb.ndim != 2 or text_emb.ndim != 2:
         raise ValueError(
@@ -65,21 +52,11 @@ def clip_loss(
 class ClipLoss(nn.Module):
     """CLIP loss with a fixed or learnable temperature.
 
-    ShareLock keeps tau **fixed** at 0.07 (the official code hard-codes ``exp(2.6592)``, the log of
-    1/0.07); CLIP learns it. A learnable scale is parameterised as ``log_scale`` (init log(1/tau)) and
-    used as ``exp(log_scale)`` clamped to ``max_scale`` = 100, the open_clip/CLIP convention that
-    stops the temperature from collapsing. Fixed: ``log_scale`` is a buffer (moves with ``.to()``,
-    saved in the state_dict, never optimised). See notebooks/sharelock.py, section "Training the head".
-
-    Note that open_clip clamps the *parameter* in place after each optimiser step
-    (``logit_scale.clamp_(0, log(100))``) whereas here the clamp is applied in the forward pass, so
-    no training-loop hook is needed; the loss value is the same. Beyond the clamp, no gradient
-    reaches ``log_scale`` (as with open_clip, whose clamped parameter also stops moving upwards).
-
-    Under ``torch.distributed`` (world size W > 1) the forward pass gathers the W ranks' embeddings with
-    gradient and returns the loss over the full gathered batch, identical on every rank; with DDP's
-    gradient average this reproduces the single-process gradient exactly (why: ``lib.core.distributed``'s
-    docstring; checked by tests/test_distributed.py). Single process: no gather, nothing changes.
+    ShareLock keeps tau **fixed** at 0.07 (``log_scale`` is then a buffer); CLIP learns it. A learnable scale is
+    the parameter ``log_scale`` (init log(1/tau)), used as ``exp(log_scale)`` clamped to ``max_scale`` = 100 in the
+    forward pass (open_clip clamps the parameter after each step instead; the loss is the same, and no hook is
+    needed). Under ``torch.distributed`` (W > 1) the embeddings of all ranks are gathered with gradient, so the
+    loss is over the global batch (book/scale_out.md). See notebooks/sharelock.py, section "Training the head".
     """
 
     def __init__(self, temperature: float = 0.07, learnable: bool = False, max_scale: float = 100.0,
@@ -105,9 +82,8 @@ class ClipLoss(nn.Module):
     def scale(self) -> torch.Tensor:
         """The logit scale 1/tau actually used: ``min(exp(log_scale), max_scale)`` (0-d tensor).
 
-        With ``log_scale_bounds=(lo, hi)`` the *parameter* is first clamped in place to ``[lo, hi]``, as FDT's
-        official code clamps its log scale to [3, 6] around every optimiser step (``train_solver.py``): the
-        clamped value is then a point where gradients flow, unlike a clamp inside the graph.
+        With ``log_scale_bounds=(lo, hi)`` the *parameter* is first clamped in place to ``[lo, hi]``, as FDT's official
+        code does around every optimiser step, so gradients still flow at the bound.
         """
         if self.log_scale_bounds is not None:
             with torch.no_grad():
@@ -146,8 +122,7 @@ def facet_clip_loss(image_emb: torch.Tensor, text_emb: torch.Tensor, logit_scale
 
     ``image_emb`` ``(N, D)``, ``text_emb`` ``(N, K, D)``, both L2-normalised; row i's facets are the
     positives of image i *for that facet's loss only*: other captions' embeddings of the same facet
-    are the negatives. Summing (not averaging) follows the paper; with Adam a mean over K would only
-    change the effective temperature gradient scale, not the minimiser. See notebooks/flame.py, section
+    are the negatives. Summing (not averaging) follows the paper. See notebooks/flame.py, section
     "Two losses: Eq. 1 vs the official multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "facet_clip_loss")
@@ -173,11 +148,10 @@ def multi_positive_sigmoid_loss(
 ) -> torch.Tensor:
     """The official code's ``MultiPositiveSigmoidLoss``: pairwise sigmoid loss with P positives per image.
 
-    ``text_emb`` ``(N, P, D)``: the P embeddings of image i (facets, prompts, caption variants). All
-    N x N*P image-text pairs are binary problems: ``z = scale * <v_i, t_j> + bias``, label ``y = +1`` if
-    text j belongs to image i, else ``-1``; the loss is ``-sum log sigmoid(y z) / (N * P)`` — divided by
-    the number of *texts*, as in the official code. With P = 1 this is exactly SigLIP (open_clip's
-    ``SigLipLoss``, which divides by N images). See notebooks/flame.py, section "Two losses: Eq. 1 vs the official
+    ``text_emb`` ``(N, P, D)``: the P embeddings of image i. Every image-text pair is a binary problem,
+    ``z = scale * <v_i, t_j> + bias`` with ``y = +1`` if text j belongs to image i, else ``-1``; the loss is
+    ``-sum log sigmoid(y z) / (N * P)`` (divided by the texts, as the official code). P = 1 is SigLIP.
+    See notebooks/flame.py, section "Two losses: Eq. 1 vs the official
     multi-positive sigmoid".
     """
     _check_facets(image_emb, text_emb, "multi_positive_sigmoid_loss")
@@ -191,9 +165,7 @@ def multi_positive_sigmoid_loss(
 class MultiPositiveSigmoidLoss(ClipLoss):
     """:func:`multi_positive_sigmoid_loss` with a learnable scale and bias.
 
-    Official init (``src/training/main.py`` with ``--mp-sigmoid``, as for SigLIP): ``logit_scale =
-    log(10)`` (temperature 0.1) used as ``exp``, ``logit_bias = -10``. The scale (and its clamp at
-    ``max_scale`` = 100 in the forward pass) is :class:`lib.nn.losses.ClipLoss`'s; only the bias is added.
+    Official init (as for SigLIP): temperature 0.1, ``logit_bias = -10``. The scale is :class:`ClipLoss`'s.
     """
 
     def __init__(self, temperature: float = 0.1, bias: float = -10.0, learnable: bool = True,

@@ -1,26 +1,10 @@
 """Sparsemax: a softmax that can give exact zeros.
 
-Why FDT needs it: an image or a caption is described by a handful of codebook entries ("grounded
-tokens"), not by all 16,384 of them. Softmax never outputs 0, so every code gets some weight;
-sparsemax (Martins & Astudillo 2016, "From Softmax to Sparsemax") is the Euclidean projection of the
-scores onto the probability simplex, ``argmin_p ||p - z||^2`` over ``p >= 0, sum(p) = 1``, which sets
-every score below a threshold ``tau`` to exactly 0:
-
-    sparsemax(z)_i = max(z_i - tau(z), 0),   tau chosen so that the outputs sum to 1.
-
-With the scores sorted in decreasing order ``z_(1) >= z_(2) >= ...``, the support size is the largest
-``k`` with ``1 + k z_(k) > sum_{j<=k} z_(j)`` and ``tau = (sum_{j<=k} z_(j) - 1) / k`` (paper, Eq. 2-3).
-The Jacobian is ``diag(s) - s s^T / k`` with ``s`` the support indicator (paper, Eq. 12), so the
-backward pass is ``s * (g - mean of g over the support)``. See notebooks/fdt.py, section "Sparsemax".
-
-Entries equal to ``-inf`` are allowed (a masked score): they get weight 0 and gradient 0, as long as
-every slice has at least one finite entry.
-
-A note on FDT's official code (``prototype/model/sparsemax.py``): it defines ``backward`` as a method
-of an ``nn.Module``, which autograd never calls; the gradient it actually trains with is autograd's
-derivative of its forward formula, which happens to be the same Jacobian (``tau`` depends on the
-sorted support scores with slope ``1/k``). Its forward multiplies a 0/1 mask by the sorted scores,
-which gives NaN for ``-inf`` inputs; here ``torch.where`` avoids that.
+Why FDT needs it: an item is described by a handful of codebook entries, not by all of them, and softmax never
+outputs 0. Sparsemax (Martins & Astudillo 2016) is the Euclidean projection onto the simplex,
+``max(z_i - tau(z), 0)``; ``-inf`` scores get weight 0 and gradient 0. FDT's official code gives NaN there, and
+its custom ``backward`` is never called (autograd's derivative of its forward is the same Jacobian).
+See notebooks/fdt.py, section "Sparsemax".
 """
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Image and text towers trained from scratch: the ``f`` and ``g`` of a CLIP-style model.
 
 Why a building block: CLIP, LiT's text side and Three Towers all train an image tower on pixels and a
-text tower on word pieces, from random weights. The towers here are deliberately small (a training
-step of the small config must take tens of milliseconds on 2 CPU cores); the full config swaps in a
-``timm`` architecture built with ``pretrained=False`` and a deeper transformer.
-
-* :class:`ConvTower`: stride-2 conv stages, global average pool, a linear map to the embedding;
-* :class:`TimmTower`: any ``timm`` architecture, randomly initialised;
-* :class:`TextTower`: token and position embeddings, a pre-norm transformer, mean over real tokens;
-* :class:`BagTower`: the mean of the caption's token embeddings and an MLP (the cheapest text tower).
-
-Every tower returns *raw* embeddings; the method that uses them decides where to L2-normalise. See
+text tower on word pieces, from random weights. The towers here are deliberately small so the small config
+trains on a CPU; the full config swaps in a ``timm`` architecture built with ``pretrained=False`` and a deeper
+transformer. Every tower returns *raw* embeddings; the method that uses them decides where to L2-normalise. See
 notebooks/three_towers.py, section "The three towers".
 """
 from __future__ import annotations
@@ -121,8 +114,8 @@ class TextTower(nn.Module):
 class BagTower(nn.Module):
     """The mean of the caption's token embeddings, LayerNorm, an MLP to the embedding.
 
-    Why offer it: on ~1,300 captions of 3-12 tokens a transformer has little to gain over a bag of word
-    pieces and costs most of the training step on 2 CPU cores; a chapter says which one ran.
+    Why offer it: on short captions a transformer has little to gain over a bag of word pieces and costs far more;
+    a chapter says which one ran.
     """
 
     def __init__(self, vocab_size: int, cfg: TextTowerConfig, embed_dim: int):
