@@ -195,7 +195,7 @@ def test_install_cell_in_a_clean_virtual_environment(tmp_path):
     remote.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, remote / name)
-    for folder in ("lib", "tools"):
+    for folder in ("lib", "chapters", "corpora", "provision", "tools"):
         shutil.copytree(ROOT / folder, remote / folder, ignore=shutil.ignore_patterns("__pycache__"))
     _git("init", "-q", "-b", "main", cwd=remote)
     _git("add", "-A", cwd=remote)
@@ -207,6 +207,7 @@ def test_install_cell_in_a_clean_virtual_environment(tmp_path):
     probe = _cell_code() + textwrap.dedent("""
         import importlib.util
         print("LIB", importlib.util.find_spec("lib").origin)
+        print("CHAPTERS", importlib.util.find_spec("chapters").origin)
     """)
     home = tmp_path / "content" / "frozen-lip-book"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
@@ -215,6 +216,7 @@ def test_install_cell_in_a_clean_virtual_environment(tmp_path):
     first = subprocess.run([str(python), "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"LIB {home / 'lib' / '__init__.py'}" in first.stdout
+    assert f"CHAPTERS {home / 'chapters' / '__init__.py'}" in first.stdout  # the experiments come with the library
     assert "installing into" in first.stdout and not (home / ".venv").exists()  # --here: no venv of its own
 
     # second run: the clone exists, so nothing is cloned again (the remote is gone)
