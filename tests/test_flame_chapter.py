@@ -125,10 +125,13 @@ def test_short_texts_use_one_prompt_and_every_read_is_in_the_plan(monkeypatch):
     bench = flame.benchmark(cfg)
     found = _Found(flame.feature_plan(cfg, bench))
     feats = flame.ChapterFeatures(cfg, bench, found)
-    seen, real_zero_shot, real_retrieval = [], flame.zero_shot, flame.retrieval
-    monkeypatch.setattr(flame, "zero_shot", lambda m, i, text, labelled: seen.append(("zero-shot", labelled.name, text))
+    from chapters.flame import experiments  # where train_and_evaluate looks the two up
+
+    seen, real_zero_shot, real_retrieval = [], experiments.zero_shot, experiments.retrieval
+    monkeypatch.setattr(experiments, "zero_shot",
+                        lambda m, i, text, labelled: seen.append(("zero-shot", labelled.name, text))
                         or real_zero_shot(m, i, text, labelled))
-    monkeypatch.setattr(flame, "retrieval", lambda m, i, text: seen.append(("retrieval", None, text))
+    monkeypatch.setattr(experiments, "retrieval", lambda m, i, text: seen.append(("retrieval", None, text))
                         or real_retrieval(m, i, text))
     row, _, _ = flame.train_and_evaluate(cfg, bench, feats, "flame", seed=0)
     assert {"zero-shot/acc1", "zero-shot-avg/acc1", "retrieval/image_retrieval_recall@1", "labels:de/acc1",
