@@ -18,7 +18,6 @@ def short(name: str) -> str:
     return name.split("/")[-1]  # a model's display name: the last part of its id
 
 
-# --- data ------------------------------------------------------------------------------------------------------
 def benchmark(cfg: Config) -> Benchmark:
     """The whole splits (emoji: so the image features are the ShareLock chapter's store entries; the chapter
     then uses the first :func:`sizes` rows), or the manifest's pairs with ``data.limit`` training rows."""
@@ -74,7 +73,6 @@ def text_sets(cfg: Config, bench: Benchmark) -> dict[str, tuple[list[str], dict]
     return out
 
 
-# --- data ------------------------------------------------------------------------------------------------------
 def subsets(cfg: MediumConfig, bench: Benchmark) -> dict[str, torch.Tensor]:
     """The rows used of each split: the first N of a fixed permutation (independent of the training seed)."""
     wanted = {"train": cfg.train_pairs, "val": cfg.val_pairs, "retrieval": cfg.retrieval_pairs}

@@ -22,13 +22,15 @@ from chapters.flame.data import label_set_name, label_sets, short, sizes, subset
 
 def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     """Every feature the notebook reads: the image features of the training, validation, retrieval and
-    zero-shot images; the LLM's K facet embeddings of every text set; each baseline's features of the same
-    texts. The text tower from scratch reads tokens, not features. Medium: also the Tux Paint sets."""
-    if isinstance(cfg, MediumConfig):
-        return _medium_feature_plan(cfg, bench)
+    zero-shot images (medium: of the whole splits, the ShareLock chapter's medium entries, and of the Tux Paint
+    sets); the LLM's K facet embeddings of every text set; each baseline's features of the same texts. The text
+    tower from scratch reads tokens, not features."""
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
-    for images in [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]:
-        plan.add(features.image(cfg.vision, images, **store))
+    images = [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]
+    if isinstance(cfg, MediumConfig):
+        images += [bench.zero_shot[1], tux_multilingual(cfg)[0]]
+    for labelled in images:
+        plan.add(features.image(cfg.vision, labelled, **store))
     for name, (texts, source) in text_sets(cfg, bench).items():
         prompted = [official_caption(t) for t in texts] if cfg.prompt == "official" else texts
         plan.add(features.facets(cfg.text, prompted, source=source, name=f"facets:{cfg.text.name}:{name}", **store))
@@ -81,7 +83,6 @@ class ChapterFeatures:
         return self._cache[key]
 
 
-# --- experiments -----------------------------------------------------------------------------------------------
 class _ScratchTower(nn.Module):
     """The LiT-recipe text tower behind the ``embed_image(features)`` / ``embed_text(features)`` interface of
     ``lib.core.evaluate``: image features are the frozen ones, text "features" are ``(N, 2, context)`` tokens."""
@@ -170,7 +171,6 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     return row, result, method
 
 
-# --- results ---------------------------------------------------------------------------------------------------
 def chapter_features(cfg: Config, bench: Benchmark, found: features.Features) -> ChapterFeatures:
     """The features of a run, on the seeded subsets in the medium config (:class:`MediumFeatures`)."""
     return (MediumFeatures if isinstance(cfg, MediumConfig) else ChapterFeatures)(cfg, bench, found)
@@ -195,20 +195,6 @@ def facet_similarity(facet_features: torch.Tensor) -> torch.Tensor:
     over the captions (a decoder's states share one large direction: raw cosines are near 1 for any two texts)."""
     unit = F.normalize((facet_features - facet_features.mean(0, keepdim=True)).float(), dim=-1)
     return torch.einsum("nid,njd->ij", unit, unit) / len(unit)
-
-
-def _medium_feature_plan(cfg: MediumConfig, bench: Benchmark) -> features.Plan:
-    """The image features of the whole splits (the ShareLock chapter's medium entries) and of the Tux Paint sets;
-    the K facet embeddings and each baseline's features of every text set."""
-    plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
-    for images in [bench.train, bench.val, bench.retrieval, bench.zero_shot[0], bench.zero_shot[1],
-                   tux_multilingual(cfg)[0]]:
-        plan.add(features.image(cfg.vision, images, **store))
-    for name, (texts, source) in text_sets(cfg, bench).items():
-        plan.add(features.facets(cfg.text, texts, source=source, name=f"facets:{cfg.text.name}:{name}", **store))
-        for baseline in cfg.baselines:
-            plan.add(features.text(baseline, texts, source=source, name=f"text:{baseline.name}:{name}", **store))
-    return plan
 
 
 class MediumFeatures(ChapterFeatures):
@@ -242,21 +228,15 @@ class MediumFeatures(ChapterFeatures):
         return name
 
     def facets(self, name: str) -> torch.Tensor:
-        return self._rows(name, self._tensor(f"facets:{self.cfg.text.name}:{name}"))
+        return self._rows(name, super().facets(name))
 
     def text(self, model, name: str) -> torch.Tensor:
-        return self._rows(name, self._tensor(f"text:{model.name}:{name}"))
+        return self._rows(name, super().text(model, name))
 
     def tokens(self, name: str) -> torch.Tensor:
-        key = f"tokens:{name}"
-        if key not in self._cache:
-            from lib.methods.three_towers import tokenize
-            found = tokenize(self.tokenizer, text_sets(self.cfg, self.bench)[name][0], self.cfg.scratch.context)
-            self._cache[key] = torch.stack([found["input_ids"], found["attention_mask"]], dim=1)
-        return self._rows(name, self._cache[key])
+        return self._rows(name, super().tokens(name))
 
 
-# --- experiments -----------------------------------------------------------------------------------------------
 def _text_reader(feats: MediumFeatures, kind: str, k: int | None, method):
     """(model for lib.core.evaluate, long-text features, short-text features) of one trained method."""
     cfg = feats.cfg

@@ -14,7 +14,6 @@ from chapters.flame.config import Config
 from chapters.flame.data import short
 
 
-# --- figures and tables ----------------------------------------------------------------------------------------
 def _gap(a: torch.Tensor, b: torch.Tensor) -> dict:
     d = a - b
     return {"max |difference|": float(d.abs().max()), "largest |value|": float(a.abs().max()),
