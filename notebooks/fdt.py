@@ -109,7 +109,6 @@ from IPython.display import display
 from matplotlib.ticker import MaxNLocator
 
 from chapters import fdt
-from lib.core import config as configs
 from provision.preflight import require
 from chapters import configs as chapter_configs
 from chapters import notebook
@@ -422,7 +421,7 @@ pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size"
 # has 1,335 pairs.)
 
 # %%
-curve = fdt.data_size_curve(cfg, bench, feats, runs, fdt.train_and_evaluate) if config == "medium" else None
+curve = fdt.data_size_curve(cfg, bench, feats, runs) if config == "medium" else None
 if curve is not None:
     display(fdt.curve_frame(curve, f"{headline}/acc1").set_index("training pairs"))
     frame = curve.frame().assign(top1=lambda d: 100 * d[f"{headline}/acc1"])

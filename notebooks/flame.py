@@ -108,7 +108,6 @@ import seaborn as sns
 import torch
 
 from chapters import flame
-from lib.core import config as configs
 from provision.preflight import require
 from chapters import configs as chapter_configs
 from chapters import notebook

@@ -101,7 +101,6 @@ import seaborn as sns
 import torch
 
 from chapters import sharelock
-from lib.core import config as configs
 from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import features, paths

@@ -114,7 +114,6 @@ import seaborn as sns
 import torch
 
 from chapters import three_towers
-from lib.core import config as configs
 from provision.preflight import require
 from chapters import configs as chapter_configs
 from chapters import notebook

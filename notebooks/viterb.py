@@ -113,7 +113,6 @@ import pandas as pd
 import seaborn as sns
 
 from chapters import viterb
-from lib.core import config as configs
 from chapters import configs as chapter_configs
 from chapters import notebook
 from lib.core import curves, features, paths, ranks

@@ -5,19 +5,20 @@ See notebooks/fdt.py, section "Checks: every head trained and is above chance".
 from __future__ import annotations
 
 import dataclasses
+
+from chapters.fdt.config import Config
+from chapters.fdt.experiments import ChapterFeatures, train_and_evaluate
+from corpora.datasets import Benchmark
 from lib.core import curves
-from lib.core.results import Claim, Runs, versus
-from typing import Callable
-from lib.core.results import stuck
+from lib.core.results import Claim, Runs, stuck, versus
 
 
 CURVE = ({"head": "FDT"}, {"head": "pooled"}, ("FDT", "pooled"))  # the curve's comparison: A, B and their names
 
 
-def data_size_curve(cfg, bench, feats, runs: Runs, train_and_evaluate: Callable) -> Runs:
-    """FDT head vs pooled head at each of ``cfg.curve_fractions`` of the training pairs, every seed, trained by
-    ``train_and_evaluate`` (``chapters.fdt.train_and_evaluate``: a chapter module imports no other); runs
-    already in ``runs`` at the whole set are reused, not retrained."""
+def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs) -> Runs:
+    """FDT head vs pooled head at each of ``cfg.curve_fractions`` of the training pairs, every seed
+    (:func:`train_and_evaluate`); runs already in ``runs`` at the whole set are reused, not retrained."""
     total, curve = len(bench.train), Runs()
     for fraction in cfg.curve_fractions:
         size = max(2, round(fraction * total))
