@@ -8,45 +8,45 @@ not".
 """
 from __future__ import annotations
 
+from chapters.fdt.checks import (
+    CURVE,
+    above_chance,
+    curve_frame,
+    curve_trend,
+    data_size_curve,
+    diagnose,
+    stuck_runs,
+)
 from chapters.fdt.config import (
     NAME,
     PAPER_NUMBERS,
+    Config,
     FDTHeadConfig,
     PooledHeadConfig,
     Variant,
-    Config,
     load_config,
 )
 from chapters.fdt.experiments import (
-    benchmark,
-    zero_shot_sets,
-    feature_plan,
     ChapterFeatures,
+    active_codes_at_init,
+    benchmark,
     build_fdt,
     build_pooled,
-    zero_shot_metrics,
-    retrieval,
-    train_and_evaluate,
-    run_all,
-    active_codes_at_init,
-    usage_rows,
+    feature_plan,
     grounding_examples,
+    retrieval,
+    run_all,
+    train_and_evaluate,
+    usage_rows,
+    zero_shot_metrics,
+    zero_shot_sets,
 )
-from chapters.fdt.checks import (
-    CURVE,
-    data_size_curve,
-    curve_frame,
-    curve_trend,
-    stuck_runs,
-    above_chance,
-    diagnose,
+from chapters.fdt.figures import (
+    method_diagram,
 )
 from chapters.fdt.verdicts import (
     claims,
     findings,
-)
-from chapters.fdt.figures import (
-    method_diagram,
 )
 
 __all__ = [

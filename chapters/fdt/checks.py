@@ -12,7 +12,6 @@ from corpora.datasets import Benchmark
 from lib.core import curves
 from lib.core.results import Claim, Runs, stuck, versus
 
-
 CURVE = ({"head": "FDT"}, {"head": "pooled"}, ("FDT", "pooled"))  # the curve's comparison: A, B and their names
 
 

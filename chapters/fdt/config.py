@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
+
 from chapters import configs as chapter_configs
-from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
-from lib.methods.fdt import (OFFICIAL)
-
-
+from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.methods.fdt import OFFICIAL
 
 NAME = "fdt"
 

@@ -5,19 +5,28 @@ See notebooks/fdt.py, sections "Training" and "Codebook usage".
 from __future__ import annotations
 
 import dataclasses
+
 import torch
+
+from chapters.fdt.config import Config, FDTHeadConfig, PooledHeadConfig, Variant
+from corpora import benchmarks, medium
+from corpora.datasets import Benchmark
 from lib.core import curves, features
-from lib.core.evaluate import prompt_texts
+from lib.core.evaluate import prompt_texts, zero_shot
 from lib.core.evaluate import retrieval as embedding_retrieval
-from lib.core.evaluate import zero_shot
 from lib.core.results import Runs
 from lib.core.sequences import SequenceFeatures
 from lib.core.train import fit, seed_everything
-from corpora import benchmarks, medium
-from corpora.datasets import Benchmark
-from lib.methods.fdt import (OFFICIAL, FDTHead, PooledHead, codebook_usage, collect_codes, embed_sequences,
-                             token_code_scores, weight_encoder)
-from chapters.fdt.config import Config, FDTHeadConfig, PooledHeadConfig, Variant
+from lib.methods.fdt import (
+    OFFICIAL,
+    FDTHead,
+    PooledHead,
+    codebook_usage,
+    collect_codes,
+    embed_sequences,
+    token_code_scores,
+    weight_encoder,
+)
 
 
 def benchmark(cfg: Config) -> Benchmark:

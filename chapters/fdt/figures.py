@@ -5,9 +5,9 @@ See notebooks/fdt.py, section "The FDT head".
 from __future__ import annotations
 
 import torch
-from lib.core.sequences import SequenceFeatures
-from lib.methods.fdt import (FDTHead)
 
+from lib.core.sequences import SequenceFeatures
+from lib.methods.fdt import FDTHead
 
 
 @torch.no_grad()

@@ -3,10 +3,10 @@ findings. See notebooks/fdt.py, section "What reproduced, what did not".
 """
 from __future__ import annotations
 
-from lib.core.results import Claim, Runs, versus
-from corpora.datasets import Benchmark
 from chapters.fdt.config import Config
 from chapters.fdt.experiments import zero_shot_sets
+from corpora.datasets import Benchmark
+from lib.core.results import Claim, Runs, versus
 
 
 def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:

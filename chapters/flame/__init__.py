@@ -11,55 +11,55 @@ from __future__ import annotations
 
 from chapters.flame.config import (
     NAME,
-    Config,
-    load_config,
     SUBSET_SEED,
+    Config,
     MediumConfig,
+    load_config,
 )
 from chapters.flame.data import (
-    short,
     benchmark,
-    sizes,
     label_sets,
-    text_sets,
+    short,
+    sizes,
     subsets,
+    text_sets,
     tux_multilingual,
 )
-from chapters.flame.experiments import (
-    feature_plan,
-    ChapterFeatures,
-    run_key,
-    train_and_evaluate,
-    chapter_features,
-    run,
-    main_setting,
-    facet_similarity,
-    MediumFeatures,
-)
 from chapters.flame.data_size import (
-    stuck_runs,
-    data_size_curve,
     CURVE,
     curve_frame,
     curve_trend,
+    data_size_curve,
+    stuck_runs,
 )
-from chapters.flame.verdicts import (
-    claims,
-    main_runs,
-    coincidences,
-    TIES,
-    METRICS,
-    findings,
-    facet_similarity_by_source,
-    translation_match,
-    tux_multilingual_claim,
-    medium_findings,
+from chapters.flame.experiments import (
+    ChapterFeatures,
+    MediumFeatures,
+    chapter_features,
+    facet_similarity,
+    feature_plan,
+    main_setting,
+    run,
+    run_key,
+    train_and_evaluate,
 )
 from chapters.flame.figures import (
     equivalence_table,
     facet_mask_figure,
-    speed_table,
     language_bars,
+    speed_table,
+)
+from chapters.flame.verdicts import (
+    METRICS,
+    TIES,
+    claims,
+    coincidences,
+    facet_similarity_by_source,
+    findings,
+    main_runs,
+    medium_findings,
+    translation_match,
+    tux_multilingual_claim,
 )
 
 __all__ = [

@@ -7,16 +7,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
+
 from chapters import configs as chapter_configs
-from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
-from lib.core.facets import FLAME_TEMPLATE, FacetConfig
 from corpora import emoji
 from corpora.datasets import DataConfig
+from lib.core import curves
+from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.facets import FLAME_TEMPLATE, FacetConfig
 from lib.methods.flame import OFFICIAL_TEMPLATE, SHORT_TEXT_FACET
 from lib.methods.three_towers import TextTowerConfig
-from lib.core import curves
-
-
 
 NAME = "flame"
 

@@ -5,13 +5,13 @@ See notebooks/flame.py, section "The data: long, multi-facet captions".
 from __future__ import annotations
 
 import dataclasses
+
 import torch
+
+from chapters.flame.config import SUBSET_SEED, Config, MediumConfig
+from corpora import benchmarks, datasets, emoji, medium, tuxpaint
+from corpora.datasets import Benchmark, Labelled
 from lib.core.evaluate import prompt_texts
-from corpora import benchmarks, datasets, emoji
-from corpora.datasets import Benchmark
-from corpora import medium, tuxpaint
-from corpora.datasets import Labelled
-from chapters.flame.config import Config, MediumConfig, SUBSET_SEED
 
 
 def short(name: str) -> str:

@@ -3,12 +3,11 @@ check. See notebooks/flame.py, section "The medium config: more concepts, longer
 """
 from __future__ import annotations
 
-from lib.core.results import Runs
-from corpora.datasets import Benchmark
-from lib.core import curves
-from lib.core.results import stuck
 from chapters.flame.config import MediumConfig
 from chapters.flame.experiments import MediumFeatures, run, run_key
+from corpora.datasets import Benchmark
+from lib.core import curves
+from lib.core.results import Runs, stuck
 
 
 def stuck_runs(runs: Runs, cfg: MediumConfig) -> list[dict]:

@@ -5,19 +5,21 @@ See notebooks/flame.py, section "Three ways to align the same data".
 from __future__ import annotations
 
 import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from chapters.flame.config import Config, MediumConfig
+from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
+from corpora.datasets import Benchmark
 from lib.core import features
 from lib.core.config import LossConfig, TextModelConfig
 from lib.core.evaluate import retrieval, zero_shot
 from lib.core.train import fit, seed_everything
-from corpora.datasets import Benchmark
 from lib.methods.flame import Flame, official_caption
 from lib.methods.sharelock import ShareLock
 from lib.methods.three_towers import ThreeTowers, load_tokenizer, tokenize
-from chapters.flame.config import Config, MediumConfig
-from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
 
 
 def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+
 import torch
 import torch.nn.functional as F
+
+from chapters.flame.config import Config
+from chapters.flame.data import short
 from lib.core import features
 from lib.core.facets import decoupled_inputs
 from lib.core.results import Runs
-from chapters.flame.config import Config
-from chapters.flame.data import short
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> dict:

@@ -5,12 +5,12 @@ See notebooks/flame.py, section "What reproduced, what did not".
 from __future__ import annotations
 
 import torch
-from lib.core.results import Claim, Runs
-from corpora.datasets import Benchmark
+
 from chapters.flame.config import Config, MediumConfig
 from chapters.flame.data import label_sets, sizes, subsets, tux_multilingual
 from chapters.flame.experiments import MediumFeatures, facet_similarity, main_setting, run_key
-
+from corpora.datasets import Benchmark
+from lib.core.results import Claim, Runs
 
 # Table 6 of the paper: Urban-1k text-to-image R@1 against the number of facet prompts (1 prompt: 41.3).
 _TABLE6 = {3: "3 prompts 46.0 vs 1 prompt 41.3", 5: "5 prompts 57.0 vs 1 prompt 41.3",

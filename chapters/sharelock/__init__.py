@@ -11,37 +11,37 @@ from __future__ import annotations
 
 from chapters.sharelock.config import (
     NAME,
-    LiTConfig,
     Config,
+    LiTConfig,
     load_config,
 )
 from chapters.sharelock.experiments import (
-    benchmark,
-    short,
-    metric_labels,
     HEAD_LABELS,
-    setting_label,
-    prompt_sets,
-    feature_plan,
+    HEADS,
     ChapterFeatures,
-    grid,
+    benchmark,
     build,
+    curve_frame,
+    data_size_curve,
+    feature_plan,
+    grid,
+    held_out_groups,
+    metric_labels,
+    prompt_sets,
+    setting_label,
+    short,
+    stuck_runs,
+    style_diagnostics,
     train_and_evaluate,
     train_lit,
-    held_out_groups,
-    stuck_runs,
-    data_size_curve,
-    HEADS,
-    curve_frame,
-    style_diagnostics,
+)
+from chapters.sharelock.figures import (
+    method_diagram,
 )
 from chapters.sharelock.verdicts import (
     claims,
     findings,
     head_comparison,
-)
-from chapters.sharelock.figures import (
-    method_diagram,
 )
 
 __all__ = [

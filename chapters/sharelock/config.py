@@ -5,11 +5,10 @@ See notebooks/sharelock.py, section "Configuration".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from chapters import configs as chapter_configs
-from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
-
-
+from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 
 NAME = "sharelock"
 

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from chapters.sharelock.config import Config
+from corpora import benchmarks, datasets
+from corpora.datasets import Benchmark
 from lib.core import curves, features
 from lib.core.config import TextModelConfig, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
-from corpora import benchmarks, datasets
-from corpora.datasets import Benchmark
 from lib.methods.lit import LiT, token_ids
 from lib.methods.sharelock import ShareLock
-from chapters.sharelock.config import Config
 
 
 def benchmark(cfg: Config) -> Benchmark:

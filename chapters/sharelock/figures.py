@@ -5,9 +5,10 @@ See notebooks/sharelock.py, section "The projection head".
 from __future__ import annotations
 
 import torch
+
+from chapters.sharelock.experiments import short
 from lib.core.config import TextModelConfig, VisionModelConfig
 from lib.methods.sharelock import ShareLock
-from chapters.sharelock.experiments import short
 
 
 # --------------------------------------------------------------------------------------------

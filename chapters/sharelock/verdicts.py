@@ -4,11 +4,11 @@ See notebooks/sharelock.py, section "What reproduced, what did not".
 """
 from __future__ import annotations
 
-from lib.core import curves
-from lib.core.results import Claim, Runs, compare, versus
-from corpora.datasets import Benchmark
 from chapters.sharelock.config import Config
 from chapters.sharelock.experiments import HEADS, short
+from corpora.datasets import Benchmark
+from lib.core import curves
+from lib.core.results import Claim, Runs, compare, versus
 
 
 def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None) -> list[Claim]:

@@ -6,12 +6,12 @@ groups it covers and groups it does not. See notebooks/three_towers.py, section 
 from __future__ import annotations
 
 import torch
+
+from corpora.concept_groups import COVERED, NOT_COVERED, concept_groups
 from lib.core import curves
 from lib.core.results import Runs
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ThreeTowers
-from corpora.concept_groups import COVERED, NOT_COVERED, concept_groups
-
 
 
 def group_accuracy(cfg, data, method: ThreeTowers, labelled) -> dict[str, float]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
-from lib.core import curves
+
 from chapters import configs as chapter_configs
-from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from corpora.datasets import DataConfig
+from lib.core import curves
+from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig
-
-
 
 NAME = "three_towers"
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
 import torch
+
+from chapters.three_towers.concept_groups import group_accuracy
+from chapters.three_towers.config import Config
+from corpora import benchmarks, datasets
+from corpora.datasets import Benchmark
 from lib.core import curves, features
 from lib.core.config import TrainSettings
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
-from corpora import benchmarks, datasets
 from lib.data import pixel_cache
-from corpora.datasets import Benchmark
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ThreeTowers
-from chapters.three_towers.config import Config
-from chapters.three_towers.concept_groups import group_accuracy
-
 
 RETRIEVAL_R1 = ("retrieval/image_retrieval_recall@1", "retrieval/text_retrieval_recall@1")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from lib.methods.three_towers import ThreeTowers
 
 
-
 def _count(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
 

@@ -4,13 +4,13 @@ See notebooks/three_towers.py, section "What the comparisons say".
 """
 from __future__ import annotations
 
+from chapters.three_towers.concept_groups import group_diagnosis
+from chapters.three_towers.config import Config
+from chapters.three_towers.experiments import CURVE_METRIC, test_sets
+from corpora.datasets import Benchmark
 from lib.core import curves
 from lib.core.results import Claim, Runs, versus
-from corpora.datasets import Benchmark
 from lib.methods import three_towers as tt
-from chapters.three_towers.config import Config
-from chapters.three_towers.concept_groups import group_diagnosis
-from chapters.three_towers.experiments import CURVE_METRIC, test_sets
 
 
 def shown_metrics(bench: Benchmark) -> dict[str, str]:

@@ -9,29 +9,29 @@ from __future__ import annotations
 
 from chapters.viterb.config import (
     NAME,
-    TextKind,
     Config,
+    TextKind,
     load_config,
-)
-from chapters.viterb.experiments import (
-    short,
-    label,
-    family,
-    benchmark,
-    RunSpec,
-    run_specs,
-    texts_of,
-    feature_plan,
-    ChapterFeatures,
-    unseen_score,
-    train_and_score,
-    stuck_runs,
-    same_as_name,
 )
 from chapters.viterb.data_size import (
     CURVE_KIND,
     curve_specs,
     data_size_curve,
+)
+from chapters.viterb.experiments import (
+    ChapterFeatures,
+    RunSpec,
+    benchmark,
+    family,
+    feature_plan,
+    label,
+    run_specs,
+    same_as_name,
+    short,
+    stuck_runs,
+    texts_of,
+    train_and_score,
+    unseen_score,
 )
 from chapters.viterb.model_capability import (
     capability,
@@ -39,11 +39,11 @@ from chapters.viterb.model_capability import (
 from chapters.viterb.verdicts import (
     PAPER_COLUMNS,
     PAPER_TABLE_1,
-    paper_table,
-    score_table,
-    outcome,
     claims,
     findings,
+    outcome,
+    paper_table,
+    score_table,
 )
 
 __all__ = [

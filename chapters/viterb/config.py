@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
-from lib.core import config as configs
+
 from chapters import configs as chapter_configs
-from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from corpora.class_splits import FashionImages
-
-
+from lib.core import config as configs
+from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 
 NAME = "viterb"
 

@@ -4,12 +4,11 @@ See notebooks/viterb.py, section "More data: decoders against encoders as the tr
 """
 from __future__ import annotations
 
-from lib.core import curves
-from lib.core.results import Runs
-from corpora.class_splits import ClassBenchmark
 from chapters.viterb.config import Config
 from chapters.viterb.experiments import ChapterFeatures, RunSpec, train_and_score
-
+from corpora.class_splits import ClassBenchmark
+from lib.core import curves
+from lib.core.results import Runs
 
 CURVE_KIND = "name"  # the curve's text type: Table 1's class-name column, the paper's headline (Llama-3 vs BERT)
 

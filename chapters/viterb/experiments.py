@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
 import torch
+
+from chapters.viterb.config import Config
+from corpora import class_splits, class_texts, full_sets
+from corpora.class_splits import ClassBenchmark
+from corpora.class_texts import ClassTexts
 from lib.core import curves, features
 from lib.core.config import TextModelConfig, VisionModelConfig
 from lib.core.evaluate import mean_per_class_recall
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
-from corpora import class_splits, class_texts, full_sets
-from corpora.class_splits import ClassBenchmark
-from corpora.class_texts import ClassTexts
 from lib.methods.class_text_pairs import ClassTextPairs
 from lib.methods.sharelock import ShareLock
-from chapters.viterb.config import Config
 
 
 def short(name: str) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 from typing import Sequence
+
+from chapters.viterb.config import Config
+from chapters.viterb.experiments import label
 from lib.core import curves
 from lib.core.ranks import rank_comparison, rank_correlation
 from lib.core.results import Claim, Runs, versus
-from chapters.viterb.config import Config
-from chapters.viterb.experiments import label
-
 
 # ------------------------------------------------------------------------------ the paper and the claims
 # Table 1 of the paper (file 000, §5): ViTeRB score (%) per language model and text type. Caption: "Decoder-based
