@@ -304,7 +304,8 @@ display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_lo
 # * **FLAME**: frozen LLM through the facet prompts, no text head, image MLP (`lib.methods.flame.Flame`);
 # * **ShareLock head**: the same frozen LLM read at the caption's last token, ShareLock's 4-layer MLP
 #   on the *text* side, no image head (`lib.methods.sharelock.ShareLock`); also on MiniLM (mean pooling);
-# * **from scratch**: a CLIP-style text tower (a bag of word pieces + MLP) trained from nothing
+# * **from scratch**: a CLIP-style text tower (a bag of token pieces + MLP, read through the frozen LLM's own
+#   tokenizer, so both sides spell every language alike) trained from nothing
 #   against the frozen image features and a linear map, i.e. LiT's recipe
 #   (`lib.methods.three_towers.ThreeTowers("lit")`): the analogue of the paper's CLIP baseline, whose
 #   text side learns only from the same pairs.
@@ -461,12 +462,13 @@ if locales:
 
 # %% [markdown]
 # **Is the from-scratch tower at chance by construction?** It would be if its tokenizer could not spell the test
-# languages. It can: its word-piece vocabulary (all-MiniLM-L6-v2's) splits Cyrillic, kana and accented Latin into
-# pieces it knows. What it lacks is training: a piece that never occurs in an English training caption keeps the
-# random embedding it started with. The table measures both on the class texts of each language (small: the CLDR
-# labels; medium: Tux Paint's sentences). The second column, not the first, is why the tower cannot read other
-# languages, and it is the paper's setting too: FLAME and the baseline see English pairs only, so FLAME's advantage
-# there is what its frozen LLM already knows.
+# languages, and then the comparison would measure a vocabulary, not what the frozen LLM knows. So the tower reads
+# text through **the frozen LLM's own tokenizer** (SmolLM2's byte-level BPE in small and medium, Mistral-Nemo's in
+# full): FLAME and the baseline see exactly the same pieces, and no piece of any script is unknown. What the tower
+# lacks is training: a piece that never occurs in an English training caption keeps the random embedding it started
+# with. The table measures both on the class texts of each language (small: the CLDR labels; medium: Tux Paint's
+# sentences). The second column, not the first, is why the tower cannot read other languages, and it is the paper's
+# setting too (Table 4: both trained on English CC3M): FLAME's advantage there is what its frozen LLM already knows.
 
 # %%
 class_texts = (feats.tux_sentences if medium else
@@ -622,7 +624,7 @@ if len(coincidences):
 #   decoder advantage is a scale effect (see the ViTeRB chapter).
 # * **Against the text tower trained from scratch**: the paper's data-efficiency claim (ImageNet 36.0 vs
 #   CLIP's 16.0 on CC3M) is about what a frozen language model brings when pairs are few; 400 pairs is
-#   very few, and the scratch tower only knows the word pieces it saw.
+#   very few, and the scratch tower only learns the pieces it saw.
 # * **1 → K facets**: more prompts of one caption help only if the facets say different things (the
 #   heatmap above). The first three official facets ("this image description", "the category of the main
 #   object", "its prominent characteristic") are near-paraphrases on a one-object emoji caption; the

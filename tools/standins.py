@@ -93,7 +93,7 @@ HUB_MODELS: dict[str, dict] = {
         config={"model_type": "bert", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                 "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2},
         source="BERT-Large, Uncased (Devlin et al.: 24 layers, 1024 wide, 16 heads), WordPiece vocabulary 30,522"),
-    "google-bert/bert-base-uncased": dict(  # only its tokenizer is read (Three Towers' and FLAME's scratch towers)
+    "google-bert/bert-base-uncased": dict(  # only its tokenizer is read (Three Towers' scratch tower)
         cls="BertModel", tokenizer="offline/all-MiniLM-L6-v2",
         config={"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                 "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2},

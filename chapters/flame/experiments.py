@@ -71,9 +71,12 @@ class ChapterFeatures:
 
     @property
     def tokenizer(self):
-        """The scratch tower's tokenizer (only its vocabulary is used)."""
+        """The scratch tower's tokenizer (only its vocabulary is used): the frozen LLM's own in the shipped configs,
+        so both sides spell every language alike. A decoder's tokenizer may lack a pad token: its end token pads."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.cfg.scratch.tokenizer)
+            if self._tokenizer.pad_token is None:
+                self._tokenizer.pad_token = self._tokenizer.eos_token
         return self._tokenizer
 
     def tokens(self, name: str) -> torch.Tensor:
