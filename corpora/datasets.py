@@ -69,6 +69,7 @@ class Labelled:
     templates: tuple[str, ...]
     load_image: Callable[[int], Image.Image]
     source: dict
+    groups: tuple[int, ...] | None = None  # a group id per class: synonyms share one (corpora.synonyms)
 
     def __len__(self) -> int:
         return len(self.ids)

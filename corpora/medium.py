@@ -44,7 +44,7 @@ from functools import lru_cache
 
 from lib.core.atomic import write_json
 from lib.core.paths import REPO_ROOT
-from corpora import emoji, manifests, openclipart, svg, tuxpaint, vector_icons
+from corpora import emoji, manifests, openclipart, svg, synonyms, tuxpaint, vector_icons
 from corpora.datasets import Benchmark, Labelled, Pairs
 from corpora.templates import EMOJI_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
 
@@ -196,7 +196,8 @@ def _labelled(name: str, rows: list[dict], templates, extra: dict, classname=Non
                     labels=tuple(index[(classname or (lambda r: r["concept"]))(r)] for r in rows),
                     classnames=tuple(names), templates=tuple(templates),
                     load_image=lambda i, rs=rows: load_image(rs[i]),
-                    source={**source_identity({r["source"] for r in rows} or {NAME}), **extra})
+                    source={**source_identity({r["source"] for r in rows} or {NAME}), **extra},
+                    groups=synonyms.groups(names))
 
 
 def pairs(split: str, level: str = "concepts", captions: str = "label_tags", sources=TRAIN_SOURCES, styles=None,

@@ -501,7 +501,8 @@ if class_texts:
 # has not trained (the ShareLock chapter counts such *stuck* runs): {glue:md}`medium_stuck`.
 #
 # Besides the unseen concepts (zero-shot among all {glue:md}`medium_classes` unseen concepts, chance
-# {glue:md}`medium_chance`) the medium config tests two things the small one cannot: **Tux Paint's photo-like
+# {glue:md}`medium_chance`; a synonym of the true concept, "ants" for "ant", counts as correct, as in the ShareLock
+# chapter's "Zero-shot evaluation") the medium config tests two things the small one cannot: **Tux Paint's photo-like
 # stamps** of unseen concepts (never trained on: drawings to photo-like cut-outs) and **multilingual zero-shot**:
 # every Tux Paint stamp whose sentence exists in {glue:md}`medium_locales`, one class per concept, the class prompt
 # being the sentence of the concept in that language ("A frog.", "Ein Frosch.", "Лягушка.", "カエル"), a short text

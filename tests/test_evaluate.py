@@ -220,3 +220,50 @@ def test_images_without_text_are_left_out_and_k_is_clipped():
         retrieval_metrics(img, txt, torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="one entry per text"):
         retrieval_metrics(img, txt, torch.tensor([0, 2]))
+
+
+# ---- synonym groups (corpora.synonyms): a prediction inside the true class's group is correct ----
+
+def _reference_merged(logits, labels, groups, k):
+    """Brute force: for each image, is any of its k best classes in the true class's group?"""
+    hits = []
+    for row, label in zip(logits.tolist(), labels.tolist()):
+        best = sorted(range(len(row)), key=lambda c: -row[c])[:k]
+        hits.append(any(groups[c] == groups[label] for c in best))
+    return sum(hits) / len(hits)
+
+
+def test_merged_accuracy_equals_a_brute_force_reference_and_never_falls_below_the_plain_one():
+    from lib.core.evaluate import accuracy, merged_accuracy
+
+    gen = torch.Generator().manual_seed(3)
+    logits, labels = torch.randn(200, 12, generator=gen), torch.randint(0, 12, (200,), generator=gen)
+    groups = [0, 0, 2, 3, 3, 3, 6, 7, 8, 9, 9, 11]
+    merged, plain = merged_accuracy(logits, labels, groups), accuracy(logits, labels)
+    for k in (1, 5):
+        assert merged[f"acc{k}"] == pytest.approx(_reference_merged(logits, labels, groups, k))
+        assert merged[f"acc{k}"] >= plain[f"acc{k}"]
+
+
+def test_singleton_groups_change_nothing_and_the_plain_scores_are_kept_beside():
+    from lib.core.evaluate import classification_metrics
+
+    gen = torch.Generator().manual_seed(4)
+    image = torch.nn.functional.normalize(torch.randn(60, 8, generator=gen), dim=-1)
+    classifier = torch.nn.functional.normalize(torch.randn(7, 8, generator=gen), dim=-1)
+    labels = torch.randint(0, 7, (60,), generator=gen)
+    plain = classification_metrics(image, classifier, labels)
+    grouped = classification_metrics(image, classifier, labels, groups=list(range(7)))
+    for key, value in plain.items():
+        assert grouped[key] == pytest.approx(value) and grouped[f"{key}_unmerged"] == pytest.approx(value)
+
+
+def test_a_prediction_of_the_synonym_counts_and_a_wrong_group_length_is_refused():
+    from lib.core.evaluate import merged_accuracy
+
+    logits = torch.tensor([[0.1, 0.9, 0.0], [0.0, 0.2, 0.8]])  # image 0 (class 0) answers its synonym, class 1
+    labels = torch.tensor([0, 1])
+    found = merged_accuracy(logits, labels, [0, 0, 2])
+    assert found["acc1"] == 0.5 and found["mean_per_class_recall"] == 0.5
+    with pytest.raises(ValueError, match="one group id per class"):
+        merged_accuracy(logits, labels, [0, 0])

@@ -232,3 +232,19 @@ def test_sharelock_medium_config_builds_a_disjoint_benchmark_and_one_plan(medium
     assert bench.retrieval.ids == unseen.ids  # retrieval among the very images of the headline test
     names = [request.name for request in sharelock.feature_plan(cfg, bench)]
     assert len(names) == len(set(names)) and any("qwen2.5-coder-0.5b" in n for n in names)
+
+
+def test_the_unseen_concepts_carry_synonym_groups_that_merge_only_true_synonyms():
+    """The medium test sets merge names of one concept ("ant", "ants"): few, and never across word order."""
+    _need_medium()
+    from corpora import medium, synonyms
+
+    unseen = medium.labelled("unseen")
+    assert unseen.groups is not None and len(unseen.groups) == len(unseen.classnames)
+    merged = synonyms.merged_pairs(unseen.classnames, unseen.groups)
+    assert ("ant", "ants") in merged
+    assert all(len(group) >= 2 for group in merged)
+    assert 0 < synonyms.summary(unseen.classnames, unseen.groups)["share_merged"] < 0.05
+    index = {name: i for i, name in enumerate(unseen.classnames)}
+    if {"right arrow curving left", "left arrow curving right"} <= set(index):
+        assert unseen.groups[index["right arrow curving left"]] != unseen.groups[index["left arrow curving right"]]

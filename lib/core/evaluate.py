@@ -17,6 +17,7 @@ __all__ = [
     "accuracy",
     "mean_per_class_recall",
     "classification_metrics",
+    "merged_accuracy",
     "retrieval_metrics",
     "prompt_texts",
     "zero_shot",
@@ -87,13 +88,36 @@ def mean_per_class_recall(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 @torch.no_grad()
+def merged_accuracy(logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int],
+                    topk: Sequence[int] = (1, 5)) -> dict[str, float]:
+    """Top-k accuracy where a class of the true class's group counts as correct (``groups[c]``: class c's group).
+
+    Why: a test set whose class names include synonyms ("ant", "ants") would count the right answer as an error;
+    grouping them measures what top-1 claims to (``corpora.synonyms``). Also the mean per-class top-1 recall."""
+    _check_logits_labels(logits, labels)
+    groups = torch.as_tensor(list(groups), dtype=torch.long, device=logits.device)
+    if groups.ndim != 1 or len(groups) != logits.shape[1]:
+        raise ValueError(f"groups must give one group id per class: {len(groups)} ids for {logits.shape[1]} classes")
+    labels = labels.to(logits.device)
+    top = logits.topk(min(max(topk), logits.shape[1]), dim=1).indices
+    hit = groups[top] == groups[labels][:, None]
+    out = {f"acc{k}": float(hit[:, :k].any(dim=1).float().mean()) for k in topk}
+    classes, counts = labels.unique(return_counts=True)
+    correct = torch.zeros_like(counts).index_add_(0, torch.searchsorted(classes, labels), hit[:, 0].to(counts.dtype))
+    out["mean_per_class_recall"] = float((correct.double() / counts.double()).mean())
+    return out
+
+
+@torch.no_grad()
 def classification_metrics(
-    image_emb: torch.Tensor, classifier: torch.Tensor, labels: torch.Tensor
+    image_emb: torch.Tensor, classifier: torch.Tensor, labels: torch.Tensor, groups: Sequence[int] | None = None
 ) -> dict[str, float]:
     """acc1, acc5 and mean_per_class_recall of ``image_emb @ classifier.T``.
 
     ``classifier`` is the ``(C, D)`` output of :func:`zero_shot_classifier`; ``image_emb`` the
-    ``(N, D)`` (normalised) image embeddings. See notebooks/sharelock.py, section "Zero-shot evaluation".
+    ``(N, D)`` (normalised) image embeddings. With ``groups`` (synonym groups, :func:`merged_accuracy`) the three
+    count a synonym of the true class as correct, and the plain scores are kept as ``*_unmerged``.
+    See notebooks/sharelock.py, section "Zero-shot evaluation".
     """
     if image_emb.ndim != 2 or classifier.ndim != 2 or image_emb.shape[1] != classifier.shape[1]:
         raise ValueError(
@@ -103,6 +127,8 @@ def classification_metrics(
     logits = image_emb.float() @ classifier.float().to(image_emb.device).T
     out = accuracy(logits, labels, topk=(1, 5))
     out["mean_per_class_recall"] = mean_per_class_recall(logits, labels)
+    if groups is not None:
+        out = {**merged_accuracy(logits, labels, groups), **{f"{k}_unmerged": v for k, v in out.items()}}
     return out
 
 
@@ -178,7 +204,8 @@ def prompt_texts(labelled) -> list[str]:
 
 @torch.no_grad()
 def zero_shot(method, image_features: torch.Tensor, prompt_features: torch.Tensor, labelled) -> dict[str, float]:
-    """acc@1, acc@5 and mean per-class recall of a trained ``method`` on one labelled set, on cached features.
+    """acc@1, acc@5 and mean per-class recall of a trained ``method`` on one labelled set, on cached features
+    (synonyms merged when the set has ``groups``: :func:`classification_metrics`).
 
     ``method`` has ``embed_image(features)`` and ``embed_text(features)``; ``prompt_features`` are the frozen text
     features of :func:`prompt_texts` (class-major); ``labelled`` has ``classnames``, ``templates`` and ``labels``.
@@ -192,7 +219,8 @@ def zero_shot(method, image_features: torch.Tensor, prompt_features: torch.Tenso
     row = {text: i for i, text in enumerate(texts)}
     classifier = zero_shot_classifier(lambda batch: method.embed_text(prompt_features[[row[t] for t in batch]]),
                                       labelled.classnames, labelled.templates)
-    return classification_metrics(method.embed_image(image_features), classifier, torch.as_tensor(labelled.labels))
+    return classification_metrics(method.embed_image(image_features), classifier, torch.as_tensor(labelled.labels),
+                                  getattr(labelled, "groups", None))
 
 
 @torch.no_grad()

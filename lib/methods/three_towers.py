@@ -310,7 +310,8 @@ def zero_shot(method: ThreeTowers, images: dict[str, torch.Tensor | None], label
 
     classifier = zero_shot_classifier(encode_text, labelled.classnames, labelled.templates)
     image = embed_in_batches(method.embed_image, images.get("pixels"), images.get("third"))
-    return classification_metrics(image, classifier, torch.as_tensor(labelled.labels))
+    labels = torch.as_tensor(labelled.labels)
+    return classification_metrics(image, classifier, labels, getattr(labelled, "groups", None))
 
 
 @torch.no_grad()
