@@ -252,15 +252,20 @@ def benchmark(data) -> Benchmark:
     """The ``medium`` config's benchmark (``data.corpus: medium``): training, validation and unseen pairs split by
     concept families over the four training sources; zero-shot on the unseen concepts (the headline set), on Tux
     Paint's photo-like stamps of unseen concepts (drawings to photo-like cut-outs), on a seen-concept ceiling with as
-    many classes as the unseen test, then ``data.zero_shot``'s extra sets (e.g. Fashion-MNIST)."""
+    many classes as the unseen test, then ``data.zero_shot``'s extra sets: Fashion-MNIST, and GCompris' real
+    photographs by title (``gcompris``) or by category (``gcompris-categories``)."""
+    from corpora import gcompris
     from corpora.datasets import fashion_mnist_labelled
 
     unseen = labelled("unseen", prompts=data.prompts)
-    extra = [fashion_mnist_labelled(data.zero_shot_per_class, data.prompts) for name in data.zero_shot
-             if name == "fashion-mnist"]
-    unknown = [name for name in data.zero_shot if name != "fashion-mnist"]
+    offered = {"fashion-mnist": lambda: fashion_mnist_labelled(data.zero_shot_per_class, data.prompts),
+               "gcompris": lambda: gcompris.labelled("en", prompts=data.prompts),
+               "gcompris-categories": lambda: gcompris.categories("en", prompts=data.prompts)}
+    unknown = [name for name in data.zero_shot if name not in offered]
     if unknown:
-        raise ValueError(f"data.zero_shot: {unknown} cannot be added to the medium corpus (only fashion-mnist can)")
+        raise ValueError(f"data.zero_shot: {unknown} cannot be added to the medium corpus (it offers "
+                         f"{', '.join(offered)})")
+    extra = [offered[name]() for name in data.zero_shot]
     return Benchmark(
         train=pairs("train", captions=data.captions, limit=data.limit),
         val=pairs("val", captions=data.captions),

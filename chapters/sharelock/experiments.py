@@ -31,7 +31,8 @@ def short(name: str) -> str:
 
 _SHORT_SETS = {"emoji-unseen": "unseen", "emoji-seen": "seen", "fashion-mnist": "Fashion-MNIST",
                "medium-concepts-unseen": "unseen", "medium-concepts-train": "seen",
-               "tuxpaint-photo": "Tux Paint photos"}
+               "tuxpaint-photo": "Tux Paint photos", "gcompris-categories": "GCompris photo categories",
+               "gcompris": "GCompris photos by title"}
 
 
 def metric_labels(bench: Benchmark) -> dict[str, str]:

@@ -17,7 +17,6 @@ __all__ = [
     "accuracy",
     "mean_per_class_recall",
     "classification_metrics",
-    "merged_accuracy",
     "retrieval_metrics",
     "prompt_texts",
     "zero_shot",
@@ -51,61 +50,49 @@ def zero_shot_classifier(
     return F.normalize(emb.mean(dim=1), dim=-1)
 
 
-def _check_logits_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
+def _check_logits_labels(logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int] | None = None) -> None:
     if logits.ndim != 2 or labels.ndim != 1 or logits.shape[0] != labels.shape[0]:
         raise ValueError(
             f"expected logits (N, C) and labels (N,), got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     if labels.numel() == 0:
         raise ValueError("no samples to evaluate")
+    if groups is not None and len(groups) != logits.shape[1]:
+        raise ValueError(f"groups must give one group id per class: {len(groups)} ids for {logits.shape[1]} classes")
+
+
+def _hits(pred: torch.Tensor, labels: torch.Tensor, groups: Sequence[int] | None) -> torch.Tensor:
+    """``pred`` (N, k) classes equal to the label, or in its group: ``groups[c]`` is class c's synonym group, so a
+    test set whose names include synonyms ("ant", "ants") does not count the right answer as an error."""
+    if groups is None:
+        return pred == labels[:, None]
+    groups = torch.as_tensor(list(groups), dtype=torch.long, device=pred.device)
+    return groups[pred] == groups[labels][:, None]
 
 
 @torch.no_grad()
-def accuracy(logits: torch.Tensor, labels: torch.Tensor, topk: Sequence[int] = (1, 5)) -> dict[str, float]:
-    """Top-k accuracy under key ``f"acc{k}"``; k is clipped to the number of classes, as CLIP_benchmark does."""
-    _check_logits_labels(logits, labels)
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, topk: Sequence[int] = (1, 5),
+             groups: Sequence[int] | None = None) -> dict[str, float]:
+    """Top-k accuracy under key ``f"acc{k}"``; k is clipped to the number of classes, as CLIP_benchmark does.
+    With ``groups`` a class of the true class's group counts as correct (``corpora.synonyms``)."""
+    _check_logits_labels(logits, labels, groups)
     labels = labels.to(logits.device)
     num_classes = logits.shape[1]
-    maxk = min(max(topk), num_classes)
-    pred = logits.topk(maxk, dim=1).indices  # (N, maxk)
-    hit = pred == labels[:, None]
+    hit = _hits(logits.topk(min(max(topk), num_classes), dim=1).indices, labels, groups)
     return {f"acc{k}": float(hit[:, : min(k, num_classes)].any(dim=1).float().mean()) for k in topk}
 
 
 @torch.no_grad()
-def mean_per_class_recall(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Mean over the classes present in ``labels`` of each class's top-1 recall.
+def mean_per_class_recall(logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int] | None = None) -> float:
+    """Mean over the classes present in ``labels`` of each class's top-1 recall (``groups``: as :func:`accuracy`).
 
     CLIP_benchmark's "mean_per_class_recall" and ViTeRB's score: every class weighs the same, not every image."""
-    _check_logits_labels(logits, labels)
+    _check_logits_labels(logits, labels, groups)
     labels = labels.to(logits.device)
-    pred = logits.argmax(dim=1)
+    hit = _hits(logits.argmax(dim=1, keepdim=True), labels, groups)[:, 0]
     classes, counts = labels.unique(return_counts=True)
-    correct = torch.zeros_like(counts).index_add_(
-        0, torch.searchsorted(classes, labels), (pred == labels).to(counts.dtype)
-    )
+    correct = torch.zeros_like(counts).index_add_(0, torch.searchsorted(classes, labels), hit.to(counts.dtype))
     return float((correct.double() / counts.double()).mean())
-
-
-@torch.no_grad()
-def merged_accuracy(logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int],
-                    topk: Sequence[int] = (1, 5)) -> dict[str, float]:
-    """Top-k accuracy where a class of the true class's group counts as correct (``groups[c]``: class c's group).
-
-    Why: a test set whose class names include synonyms ("ant", "ants") would count the right answer as an error;
-    grouping them measures what top-1 claims to (``corpora.synonyms``). Also the mean per-class top-1 recall."""
-    _check_logits_labels(logits, labels)
-    groups = torch.as_tensor(list(groups), dtype=torch.long, device=logits.device)
-    if groups.ndim != 1 or len(groups) != logits.shape[1]:
-        raise ValueError(f"groups must give one group id per class: {len(groups)} ids for {logits.shape[1]} classes")
-    labels = labels.to(logits.device)
-    top = logits.topk(min(max(topk), logits.shape[1]), dim=1).indices
-    hit = groups[top] == groups[labels][:, None]
-    out = {f"acc{k}": float(hit[:, :k].any(dim=1).float().mean()) for k in topk}
-    classes, counts = labels.unique(return_counts=True)
-    correct = torch.zeros_like(counts).index_add_(0, torch.searchsorted(classes, labels), hit[:, 0].to(counts.dtype))
-    out["mean_per_class_recall"] = float((correct.double() / counts.double()).mean())
-    return out
 
 
 @torch.no_grad()
@@ -115,7 +102,7 @@ def classification_metrics(
     """acc1, acc5 and mean_per_class_recall of ``image_emb @ classifier.T``.
 
     ``classifier`` is the ``(C, D)`` output of :func:`zero_shot_classifier`; ``image_emb`` the
-    ``(N, D)`` (normalised) image embeddings. With ``groups`` (synonym groups, :func:`merged_accuracy`) the three
+    ``(N, D)`` (normalised) image embeddings. With ``groups`` (synonym groups, :func:`accuracy`) the three
     count a synonym of the true class as correct, and the plain scores are kept as ``*_unmerged``.
     See notebooks/sharelock.py, section "Zero-shot evaluation".
     """
@@ -125,10 +112,11 @@ def classification_metrics(
             f"{tuple(classifier.shape)}"
         )
     logits = image_emb.float() @ classifier.float().to(image_emb.device).T
-    out = accuracy(logits, labels, topk=(1, 5))
-    out["mean_per_class_recall"] = mean_per_class_recall(logits, labels)
+    out = {**accuracy(logits, labels, (1, 5), groups),
+           "mean_per_class_recall": mean_per_class_recall(logits, labels, groups)}
     if groups is not None:
-        out = {**merged_accuracy(logits, labels, groups), **{f"{k}_unmerged": v for k, v in out.items()}}
+        plain = {**accuracy(logits, labels), "mean_per_class_recall": mean_per_class_recall(logits, labels)}
+        out.update({f"{k}_unmerged": v for k, v in plain.items()})
     return out
 
 
