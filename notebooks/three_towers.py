@@ -192,8 +192,9 @@ plt.tight_layout()
 #
 # Paper §3: the third tower is $h(I) = \text{linear}(p(I))$, a frozen pretrained model $p$ followed by a
 # linear map from its width to the embedding width. Here $f$ is a four-stage ConvNet (`lib.nn.towers.ConvTower`;
-# the full config uses a timm ViT-B/16 built with `pretrained=False`), $g$ a bag of word-piece embeddings
-# with an MLP (`BagTower`; a pre-norm transformer, `TextTower`, is the full config's choice), and $h$ one
+# the full config builds open_clip's ViT-B-16 from its model config, randomly initialised: `OpenClipImageTower`),
+# $g$ a bag of word-piece embeddings with an MLP (`BagTower`; the full config's is CLIP's causal text transformer,
+# `OpenClipTextTower`, read at the end-of-text token), and $h$ one
 # linear map on the cached $p(I)$. The diagram is drawn from the model this chapter trains
 # (`chapters.three_towers.figures.diagram`): every box, parameter count and loss term is read from a built
 # `ThreeTowers`.
@@ -513,8 +514,8 @@ for claim in claims:
 #
 # |  | paper (Kossen et al. 2023) | this book, small | this book, medium | this book, full |
 # |---|---|---|---|---|
-# | image tower $f$ | ViT (S/32, B/32, L/16, g/14; §4.3) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | timm ViT-B/16 at 112 px, `pretrained=False` |
-# | text tower $g$ | transformer from scratch | bag of word pieces + MLP, width 128 | same, width 256 | 12-layer transformer |
+# | image tower $f$ | ViT (S/32, B/32, L/16, g/14; §4.3) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | open_clip's ViT-B-16 (model config, random init) at 112 px: at 224 px its 563k resident uint8 images need ~85 GB, so 224 px waits for streamed training data |
+# | text tower $g$ | transformer from scratch | bag of word pieces + MLP, width 128 | same, width 256 | open_clip's text transformer: 12 layers, width 512, causal, read at [SEP] |
 # | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | EfficientNet-Lite0 (ImageNet-1k), cached features | same | DINOv2-L (self-supervised), cached features |
 # | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | same | same | same |
 # | loss | Eq. 4, one learned temperature | same, init τ = 0.07, scale clamped at 100 | same | same |

@@ -263,6 +263,102 @@ def train_step_flops(params: int, batch: int, embed_dim: int) -> float:
     return 6.0 * params * batch + 6.0 * batch * batch * embed_dim
 
 
+def _vit_shape(tower) -> tuple[int, int, int, int]:
+    """(layers, tokens, width, heads) of a ViT image tower config, read from open_clip's model config or from the
+    timm model built on the meta device (no weights); a convnet has none (0s)."""
+    if tower.kind == "open_clip":
+        import open_clip
+
+        vision = open_clip.get_model_config(tower.open_clip_model)["vision_cfg"]
+        width, layers = tower.vit_width or vision["width"], tower.vit_layers or vision["layers"]
+        return layers, (tower.image_size // vision["patch_size"]) ** 2 + 1, width, max(width // 64, 1)
+    if tower.kind == "timm":
+        import timm
+        import torch
+
+        with torch.device("meta"):
+            vit = timm.create_model(tower.timm_name, pretrained=False, num_classes=0, img_size=tower.image_size)
+        patch = vit.patch_embed.patch_size[0]
+        return len(vit.blocks), (tower.image_size // patch) ** 2 + 1, vit.embed_dim, vit.blocks[0].attn.num_heads
+    return 0, 0, 0, 0
+
+
+def tower_costs(cfg, rows: int, vocab_size: int = 30522) -> dict:
+    """Training towers from scratch (``cfg.image_tower``, ``cfg.text_tower``) at ``rows`` training images.
+
+    FLOPs per step: 6 x parameters x tokens x batch. Activations kept for the backward pass, per micro-batch:
+    Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes per transformer layer in 16-bit; with gradient
+    checkpointing only each layer's input stays (2*s*b*h) plus one layer recomputed at a time. State: 16 bytes per
+    trained parameter (fp32 weights and gradients, Adam's two moments). Pixels: uint8, resident on every device
+    (``lib.core.train.fit``). What :func:`fitting_setting` weighs."""
+    import torch
+
+    from lib.nn.towers import build_image_tower
+
+    with torch.device("meta"):
+        image_params = sum(p.numel() for p in build_image_tower(cfg.image_tower, cfg.embed_dim).parameters())
+    text = cfg.text_tower
+    text_params = text.depth * 12 * text.width ** 2 + vocab_size * text.width
+    layers, tokens, width, heads = _vit_shape(cfg.image_tower)
+    towers = [(layers, tokens, width, heads), (text.depth, text.context, text.width, text.heads)]
+    micro = cfg.train.micro_batch_size or cfg.train.batch_size
+
+    active = [t for t in towers if t[0]]  # a convnet image tower has no transformer layers to count
+    per_layer = [s * h * (34 + 5 * a * s / h) for _, s, h, a in active]  # bytes per sample and layer
+    full = sum(n * layer for (n, *_), layer in zip(active, per_layer))
+    checkpointed = sum(2 * n * s * h for n, s, h, _ in active) + max(per_layer, default=0.0)
+
+    flops_step = 6.0 * (image_params * tokens + text_params * text.context) * cfg.train.batch_size
+    return {"image_params": image_params, "text_params": text_params, "state_bytes": 16 * (image_params + text_params),
+            "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
+            "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
+            "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
+            "flops": flops_step * cfg.train.steps}
+
+
+def fitting_setting(costs: dict, free_bytes: float, most_gpus: int = 8) -> tuple[str, dict]:
+    """The first setting that fits ``free_bytes`` per GPU, in the order that changes the result least: as configured;
+    W GPUs (DDP with gathered negatives: the same global batch and loss, 1/W of the activations each); W GPUs with
+    gradient checkpointing; a micro-batch (gradient accumulation: fewer negatives per loss, the only one that changes
+    the objective). Pixels and the optimiser state are held whole on every GPU, so they bound every setting."""
+    fixed = costs["state_bytes"] + costs["pixel_bytes"]
+    batch = costs["batch_size"]
+
+    def need(per_gpu: int, checkpointing: bool) -> float:
+        per_sample = costs["checkpointed_bytes_per_sample" if checkpointing else "activation_bytes_per_sample"]
+        return fixed + per_sample * per_gpu + 6 * batch * per_gpu * 4  # logits: each rank's rows x the global batch
+
+    if fixed > 0.9 * free_bytes:
+        return (f"does not fit: the resident pixels ({costs['pixel_bytes'] / 2**30:.1f} GiB) and the optimiser state "
+                f"({costs['state_bytes'] / 2**30:.1f} GiB) alone exceed {free_bytes / 2**30:.0f} GiB: set data.limit "
+                "or a smaller image_size (training data is resident on the device)", {"fits": False})
+    def fewest(checkpointing: bool) -> int | None:
+        return next((w for w in range(1, most_gpus + 1) if batch % w == 0
+                     and need(batch // w, checkpointing) <= 0.9 * free_bytes), None)
+
+    def gpus(w: int) -> str:
+        return "1 GPU" if w == 1 else f"{w} GPUs (torchrun: DDP with gathered negatives, the same global batch)"
+
+    plain, checkpointed = fewest(False), fewest(True)
+    if plain == 1:
+        return "as configured, on 1 GPU", {"fits": True, "gpus": 1, "grad_checkpointing": False,
+                                           "gib_per_gpu": round(need(batch, False) / 2**30, 1)}
+    if checkpointed is not None:
+        options = ([gpus(plain)] if plain else []) + (
+            [f"{gpus(checkpointed)} with image_tower.grad_checkpointing and text_tower.grad_checkpointing: true "
+             "(the forward pass is recomputed: about 1.33x the compute)"] if plain is None or checkpointed < plain
+            else [])
+        best, ckpt = (plain, False) if plain else (checkpointed, True)
+        return " or ".join(options), {"fits": True, "gpus": best, "grad_checkpointing": ckpt,
+                                      "gib_per_gpu": round(need(batch // best, ckpt) / 2**30, 1)}
+    micro = batch
+    while micro > 1 and need(micro, True) > 0.9 * free_bytes:
+        micro //= 2
+    return (f"{most_gpus} GPUs do not hold batch {batch:,} even with gradient checkpointing: set "
+            f"train.micro_batch_size: {micro} (fewer negatives per loss)", {"fits": True, "gpus": 1,
+                                                                           "grad_checkpointing": True, "micro": micro})
+
+
 def _runs(chapter: str, cfg) -> int | None:
     """How many heads the chapter trains (the notebook's grid), where the chapter says so; else None."""
     import chapters
@@ -300,6 +396,8 @@ def _training(report: Report, cfg) -> None:
         params = head_params(widths["text"], widths["image"], hidden, layers)
         report.train.update(head_params=params, flops=train_step_flops(params, batch, widths["image"]) * train.steps
                             * report.train["runs"])
+    if getattr(cfg, "image_tower", None) is not None and getattr(cfg, "text_tower", None) is not None:
+        report.train["towers"] = tower_costs(cfg, rows)
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -331,6 +429,16 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
                                f"(weights + activations at its batch size), {free_gpu / 2**30:.1f} GiB are free: "
                                "lower its batch_size or use a larger GPU")
     t = report.train
+    if t.get("towers"):  # towers trained from scratch: their activations and state decide, and a setting may fit
+        how, found = fitting_setting(t["towers"], free_gpu if free_gpu is not None else 80 * 2**30)
+        t["towers"].update(setting=how, **found)
+        where = f"{free_gpu / 2**30:.0f} GiB free on {device}" if free_gpu is not None else "an 80 GB GPU (assumed)"
+        report.facts.append(f"training the towers from scratch on {where}: {how} (pixels resident on the device, "
+                            f"{t['towers']['pixel_bytes'] / 2**30:.1f} GiB; towers' activations "
+                            f"{t['towers']['activation_bytes'] / 2**30:.1f} GiB at micro-batch "
+                            f"{t['towers']['micro_batch_size']:,})")
+        if free_gpu is not None and not found["fits"]:
+            report.problems.append(f"device {device}: {how}")
     if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu:
         fits = int(t["rows"] * max(0.9 * free_gpu - t["logits_bytes"], 0) / max(t["resident_bytes"], 1))
         report.problems.append(f"device {device}: training keeps its features resident, about "

@@ -168,3 +168,24 @@ def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_
     report.problems.clear()
     preflight._check_space(report, str(tmp_path / "store"), 160 * 2**30, "cuda:0")
     assert report.problems == []
+
+
+def test_towers_trained_from_scratch_count_their_activations_and_name_the_setting_that_fits():
+    """Three Towers' full config (ViT-B/16 at 112 px and a 12-layer text tower, batch 4,096): ~125 GiB of activations
+    (Korthikanti et al.), so one 80 GB GPU holds it only with gradient checkpointing, four with DDP; a card smaller
+    than the resident pixels holds no setting."""
+    import chapters
+
+    cfg = chapters.get("three_towers").load_config("full")
+    costs = preflight.tower_costs(cfg, 585_000)
+    assert 80e6 < costs["image_params"] < 90e6  # open_clip's ViT-B-16 visual
+    assert 100 < costs["activation_bytes"] / 2**30 < 150
+    assert costs["checkpointed_bytes_per_sample"] < costs["activation_bytes_per_sample"] / 5
+    assert costs["pixel_bytes"] == 585_000 * 3 * 112 * 112
+    how, found = preflight.fitting_setting(costs, 80 * 2**30)
+    assert found == {"fits": True, "gpus": 4, "grad_checkpointing": False, "gib_per_gpu": found["gib_per_gpu"]}
+    assert "4 GPUs" in how and "1 GPU with image_tower.grad_checkpointing" in how
+    how, found = preflight.fitting_setting(costs, 24 * 2**30)
+    assert not found["fits"] and "data.limit" in how
+    how, found = preflight.fitting_setting(costs, 200 * 2**30)
+    assert how == "as configured, on 1 GPU" and found["gpus"] == 1 and not found["grad_checkpointing"]

@@ -290,3 +290,51 @@ def test_compact_vocabulary_memoises_the_padded_prompts():
         assert torch.equal(first[key], value)  # the same tokens as tokenize()
     assert compact.padded(("grinning face", "red apple"), 8) is first  # read again, not re-tokenised
     assert compact.padded(["grinning face", "red apple"], 6)["input_ids"].shape == (2, 6)  # context is in the key
+
+
+# ---- the papers' towers from open_clip's model configs (the full configs) ----
+
+def _open_clip_towers(checkpointing: bool):
+    from lib.nn.towers import ImageTowerConfig, TextTowerConfig, build_image_tower, build_text_tower
+
+    torch.manual_seed(0)
+    image = build_image_tower(ImageTowerConfig(kind="open_clip", open_clip_model="ViT-B-16", image_size=32,
+                                               vit_width=64, vit_layers=2, grad_checkpointing=checkpointing), 16)
+    text = build_text_tower(TextTowerConfig(tokenizer="unused", kind="open_clip", width=32, depth=2, heads=2,
+                                            context=8, grad_checkpointing=checkpointing), 50, 16, eos_id=49)
+    return image, text
+
+
+def test_open_clip_towers_keep_the_model_configs_shape_and_read_the_end_of_text_token():
+    image, text = _open_clip_towers(False)
+    assert image.body.transformer.width == 64 and len(image.body.transformer.resblocks) == 2  # ViT-B-16, shrunk
+    assert image.body.patch_size == (16, 16)
+    ids = torch.tensor([[5, 6, 49, 0, 0, 0, 0, 0], [7, 49, 0, 0, 0, 0, 0, 0]])
+    out = text(ids, (ids != 0).long())
+    padded = ids.clone()
+    padded[:, -1] = 3  # a token after the end-of-text token changes nothing (causal attention, read at EOT)
+    assert torch.allclose(out, text(padded, (padded != 0).long()), atol=1e-6)
+    with pytest.raises(ValueError, match="no end-of-text token"):
+        text(torch.tensor([[5, 6, 7, 0, 0, 0, 0, 0]]), torch.ones(1, 8, dtype=torch.long))
+
+
+def test_gradient_checkpointing_changes_memory_not_the_gradients():
+    """The pre-flight may name grad_checkpointing as the setting that fits: it must train the same model."""
+    grads = []
+    for checkpointing in (False, True):
+        image, text = _open_clip_towers(checkpointing)
+        image.train(), text.train()
+        torch.manual_seed(1)
+        pixels, ids = torch.randn(4, 3, 32, 32), torch.tensor([[5, 6, 49, 0, 0, 0, 0, 0]] * 4)
+        loss = (image(pixels) @ text(ids, (ids != 0).long()).T).logsumexp(dim=1).mean()
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in [*image.parameters(), *text.parameters()]
+                                if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
+def test_end_of_text_id_follows_a_compact_vocabulary():
+    tokenizer = tt.load_tokenizer("offline/all-MiniLM-L6-v2")
+    compact = tt.CompactVocabulary(tokenizer, ["a red apple"])
+    assert tt.end_of_text_id(tokenizer) == tokenizer.sep_token_id
+    assert compact.kept[tt.end_of_text_id(compact)] == tokenizer.sep_token_id

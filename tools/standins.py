@@ -494,14 +494,14 @@ OVERRIDES = {
     "sharelock": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, " + PAIRS + ", lit: {" + LIT_TRAIN + "}}",
     "viterb": "{device: cpu, " + TRAIN + ", head: {hidden_dim: 64}, name_templates: imagenet7, perplexity_texts: 8, "
               "store: {shard_rows: 2048}}",
-    # The trainable parts at tiny widths (the same classes: a timm ViT, the transformer text tower, the FDT codebook):
+    # The trainable parts at tiny widths (the same classes: open_clip's ViT and text transformer, the FDT codebook):
     # at full width one evaluation embeds 1,000 ImageNet images with a from-scratch ViT-B and 1,000 prompts with a
     # 12-layer tower, minutes on a CPU per run, and a chapter evaluates ~15 runs.
     "flame": "{device: cpu, " + TRAIN + ", " + PAIRS + ", head: {hidden_dim: 64}, projector_hidden: 64, "
              "scratch: {width: 32, depth: 1, heads: 2, context: 16}, scratch_embed_dim: 32, val_limit: 8, "
              "retrieval_limit: 16}",
     "three_towers": "{device: cpu, " + TRAIN + ", " + PAIRS + ", embed_dim: 32, "
-                    "image_tower: {timm_name: vit_tiny_patch16_224, image_size: 32}, "
+                    "image_tower: {vit_width: 64, vit_layers: 1, image_size: 32}, "
                     "text_tower: {width: 32, depth: 1, heads: 2, context: 16}}",
     "fdt": "{device: cpu, " + TRAIN + ", " + PAIRS + ", fdt: {num_codes: 64, code_dim: 32}, baseline: {embed_dim: 32}, "
            "init_probe: [64, 32]}",
@@ -656,32 +656,17 @@ CLASSES = {"awa2": (40, 50), "cub": (150, 200), "fgvc-aircraft": (50, 70), "imag
 
 
 def _towers_training(cfg, rows: int) -> dict:
-    """Three Towers' towers trained from scratch: FLOPs per step 6 x parameters x tokens x batch for the image and the
-    text tower, and their activations for the backward pass by Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes
-    per layer in 16-bit, with the training pixels resident on the device as uint8 (lib.core.train.fit)."""
-    import timm
-    import torch
-
+    """Three Towers' towers trained from scratch: provision.preflight's cost model (:func:`provision.preflight.
+    tower_costs`: FLOPs, activations, optimiser state, resident pixels) and the setting that fits an 80 GB GPU."""
     from provision import preflight
 
-    with torch.device("meta"):
-        vit = timm.create_model(cfg.image_tower.timm_name, pretrained=False, num_classes=0,
-                                img_size=cfg.image_tower.image_size)
-    image_params = sum(p.numel() for p in vit.parameters())
-    patches = (cfg.image_tower.image_size // 16) ** 2 + 1
-    text = cfg.text_tower
-    text_params = text.depth * 12 * text.width ** 2
-    batch = cfg.train.micro_batch_size or cfg.train.batch_size
-    step = 6.0 * (image_params * patches + text_params * text.context) * cfg.train.batch_size
-    activations = sum(layers * seq * batch * width * (34 + 5 * heads * seq / width)
-                      for layers, seq, width, heads in (
-                          (len(vit.blocks), patches, vit.embed_dim, vit.blocks[0].attn.num_heads),
-                          (text.depth, text.context, text.width, text.heads)))
-    pixels = rows * 3 * cfg.image_tower.image_size ** 2
-    flops = step * cfg.train.steps
-    return {"runs": None, "flops": flops, "hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
-            "image_params": image_params, "text_params": text_params, "activation_bytes": activations,
-            "pixel_bytes": pixels, "gpu_bytes": activations + pixels}
+    costs = preflight.tower_costs(cfg, rows)
+    setting, found = preflight.fitting_setting(costs, 80 * 2**30)
+    return {"runs": None, "flops": costs["flops"], "hours": costs["flops"] / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
+            "image_params": costs["image_params"], "text_params": costs["text_params"],
+            "activation_bytes": costs["activation_bytes"], "pixel_bytes": costs["pixel_bytes"],
+            "gpu_bytes": costs["activation_bytes"] + costs["pixel_bytes"] + costs["state_bytes"],
+            "setting_80gb": setting, **{k: v for k, v in found.items() if k != "fits"}}
 
 
 def launch_estimates(config_cache: Path) -> dict:

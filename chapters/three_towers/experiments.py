@@ -130,7 +130,7 @@ def build(cfg: Config, data: Inputs, variant: str, **options) -> ThreeTowers:
     """A fresh method from the config; ``options``: ``weight``, ``terms``, ``headless``."""
     return ThreeTowers(variant, third_dim=data.third_dim, vocab_size=data.vocab_size, image_tower=cfg.image_tower,
                        text_tower=cfg.text_tower, embed_dim=cfg.embed_dim, loss=cfg.loss, augment=cfg.augment,
-                       **options)
+                       eos_id=tt.end_of_text_id(data.tokenizer), **options)
 
 
 def is_ceiling(name: str) -> bool:  # the seen-concept ceiling: zero-shot among concepts the towers trained on

@@ -25,7 +25,7 @@ from lib.nn.towers import (
 __all__ = [
     "VARIANTS", "TERMS", "ImageTowerConfig", "TextTowerConfig", "ConvTower", "TimmTower", "TextTower", "BagTower",
     "build_image_tower", "build_text_tower", "Head", "ThreeTowers", "TwoTowerModel", "pixels", "normalise_pixels",
-    "augment", "load_tokenizer", "CompactVocabulary", "tokenize", "embed_in_batches", "zero_shot", "retrieval",
+    "augment", "load_tokenizer", "CompactVocabulary", "end_of_text_id", "tokenize", "embed_in_batches", "zero_shot", "retrieval",
 ]
 
 VARIANTS = ("scratch", "lit", "3t")
@@ -103,6 +103,16 @@ class CompactVocabulary:
         return self.base.decode(self.kept[torch.as_tensor(ids, dtype=torch.long)].tolist(), **kwargs)
 
 
+def end_of_text_id(tokenizer) -> int | None:
+    """The id that ends every tokenised text (BERT's [SEP], else the eos token), in ``tokenizer``'s numbering
+    (renumbered by a :class:`CompactVocabulary`): where CLIP's text transformer is read."""
+    base = getattr(tokenizer, "base", tokenizer)
+    found = base.sep_token_id if base.sep_token_id is not None else base.eos_token_id
+    if found is None:
+        return None
+    return int(tokenizer.lookup[found]) if isinstance(tokenizer, CompactVocabulary) else int(found)
+
+
 def tokenize(tokenizer, texts: Sequence[str], context: int) -> dict[str, torch.Tensor]:
     """``input_ids`` and ``attention_mask`` padded to ``context`` (texts longer than that are cut)."""
     encoded = tokenizer(list(texts), padding="max_length", truncation=True, max_length=context, return_tensors="pt")
@@ -151,7 +161,8 @@ class ThreeTowers(nn.Module):
 
     def __init__(self, variant: str, *, third_dim: int, vocab_size: int, image_tower: ImageTowerConfig,
                  text_tower: TextTowerConfig, embed_dim: int, loss: LossConfig, weight: float = 1.0,
-                 terms: Sequence[str] = TERMS, headless: bool = False, augment: bool = True):
+                 terms: Sequence[str] = TERMS, headless: bool = False, augment: bool = True,
+                 eos_id: int | None = None):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
@@ -164,7 +175,7 @@ class ThreeTowers(nn.Module):
         self.headless, self.augment, self.alpha = headless, augment, 0.0
         if variant != "lit":
             self.f = build_image_tower(image_tower, embed_dim)
-        self.g = build_text_tower(text_tower, vocab_size, embed_dim)
+        self.g = build_text_tower(text_tower, vocab_size, embed_dim, eos_id)  # eos_id: read by open_clip's tower
         if variant != "scratch":
             self.h = nn.Linear(third_dim, embed_dim)  # h(I) = linear(p(I)), linear: R^P -> R^D
         if variant == "3t" and not headless:

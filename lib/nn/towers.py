@@ -2,9 +2,10 @@
 
 Why a building block: CLIP, LiT's text side and Three Towers all train an image tower on pixels and a
 text tower on word pieces, from random weights. The towers here are deliberately small so the small config
-trains on a CPU; the full config swaps in a ``timm`` architecture built with ``pretrained=False`` and a deeper
-transformer. Every tower returns *raw* embeddings; the method that uses them decides where to L2-normalise. See
-notebooks/three_towers.py, section "The three towers".
+trains on a CPU; the full configs build the papers' towers from ``open_clip``'s model configs (``ViT-B-16``'s
+vision transformer, CLIP's causal text transformer), randomly initialised, with gradient checkpointing when the
+pre-flight's memory estimate needs it. Every tower returns *raw* embeddings; the method that uses them decides
+where to L2-normalise. See notebooks/three_towers.py, section "The three towers".
 """
 from __future__ import annotations
 
@@ -16,23 +17,30 @@ from torch import nn
 
 from lib.core.encoders import pool
 
-__all__ = ["ImageTowerConfig", "TextTowerConfig", "ConvTower", "TimmTower", "TextTower", "BagTower",
-           "build_image_tower", "build_text_tower"]
+__all__ = ["ImageTowerConfig", "TextTowerConfig", "ConvTower", "TimmTower", "OpenClipImageTower", "TextTower",
+           "BagTower", "OpenClipTextTower", "build_image_tower", "build_text_tower"]
 
 
 @dataclass(frozen=True)
 class ImageTowerConfig:
-    """The image tower: ``convnet`` (channels of its stride-2 stages) or a ``timm`` architecture by name,
-    fed ``image_size`` pixels."""
+    """The image tower: ``convnet`` (channels of its stride-2 stages), a ``timm`` architecture by name, or an
+    ``open_clip`` model config's vision tower (``open_clip_model``; ``vit_width``/``vit_layers`` shrink it for a
+    rehearsal), fed ``image_size`` pixels."""
 
-    kind: Literal["convnet", "timm"] = "convnet"
+    kind: Literal["convnet", "timm", "open_clip"] = "convnet"
     widths: tuple[int, ...] = (32, 64, 128, 256)
     timm_name: str | None = None  # timm: an architecture name, always built with pretrained=False
     image_size: int = 32
+    open_clip_model: str | None = None  # open_clip: a model config name (open_clip.list_models()), e.g. ViT-B-16
+    vit_width: int | None = None  # open_clip: override the config's width / layers (None: the config's)
+    vit_layers: int | None = None
+    grad_checkpointing: bool = False  # recompute activations in the backward pass (timm and open_clip towers)
 
     def __post_init__(self) -> None:  # ValueErrors become one-line ConfigErrors in lib.core.config.build
         if self.kind == "timm" and not self.timm_name:
             raise ValueError("image_tower.kind 'timm' needs image_tower.timm_name (e.g. vit_base_patch16_224)")
+        if self.kind == "open_clip" and not self.open_clip_model:
+            raise ValueError("image_tower.kind 'open_clip' needs image_tower.open_clip_model (e.g. ViT-B-16)")
         if self.image_size < 8 or not self.widths or any(w < 1 for w in self.widths):
             raise ValueError(f"image_tower: image_size >= 8 and positive widths needed, got {self.image_size}, "
                              f"{list(self.widths)}")
@@ -40,18 +48,20 @@ class ImageTowerConfig:
 
 @dataclass(frozen=True)
 class TextTowerConfig:
-    """The text tower: a ``transformer`` or a ``bag`` of word pieces over a Hugging Face tokenizer's
-    vocabulary (only the vocabulary is used, never the tokenizer model's weights)."""
+    """The text tower over a Hugging Face tokenizer's vocabulary (only the vocabulary is used, never the tokenizer
+    model's weights): a ``transformer`` (bidirectional, mean-pooled), a ``bag`` of word pieces, or ``open_clip``'s
+    text transformer (CLIP's: causal, read at the end-of-text token)."""
 
     tokenizer: str  # a hub id or an offline/... name
-    kind: Literal["transformer", "bag"] = "transformer"
+    kind: Literal["transformer", "bag", "open_clip"] = "transformer"
     width: int = 128
     depth: int = 2
     heads: int = 4
     context: int = 32
+    grad_checkpointing: bool = False  # open_clip: recompute activations in the backward pass
 
     def __post_init__(self) -> None:
-        if self.kind == "transformer" and self.width % self.heads:
+        if self.kind in ("transformer", "open_clip") and self.width % self.heads:
             raise ValueError(f"text_tower.width ({self.width}) must be divisible by text_tower.heads ({self.heads})")
 
 
@@ -75,16 +85,40 @@ class ConvTower(nn.Module):
 class TimmTower(nn.Module):
     """Any timm architecture, randomly initialised (``pretrained=False``), with a linear map to the embedding."""
 
-    def __init__(self, name: str, embed_dim: int, image_size: int):
+    def __init__(self, name: str, embed_dim: int, image_size: int, grad_checkpointing: bool = False):
         super().__init__()
         import timm
 
         kwargs = {"img_size": image_size} if "vit" in name else {}
         self.body = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+        self.body.set_grad_checkpointing(grad_checkpointing)
         self.proj = nn.Linear(self.body.num_features, embed_dim)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.proj(self.body(images))
+
+
+class OpenClipImageTower(nn.Module):
+    """open_clip's vision tower of one of its model configs (``ViT-B-16``, ``ViT-B-32``, ...) at ``image_size``,
+    randomly initialised, with its own projection to ``embed_dim``: the image encoder the papers train from scratch,
+    named as a researcher would name it to open_clip."""
+
+    def __init__(self, model: str, embed_dim: int, image_size: int, width: int | None = None,
+                 layers: int | None = None, grad_checkpointing: bool = False):
+        super().__init__()
+        import open_clip
+        from open_clip.model import CLIPVisionCfg, _build_vision_tower
+
+        config = open_clip.get_model_config(model)
+        if config is None:
+            raise ValueError(f"open_clip has no model config {model!r}; open_clip.list_models() names them")
+        vision = {**config["vision_cfg"], "image_size": image_size}
+        vision.update({k: v for k, v in (("width", width), ("layers", layers)) if v is not None})
+        self.body = _build_vision_tower(embed_dim, CLIPVisionCfg(**vision))
+        self.body.set_grad_checkpointing(grad_checkpointing)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.body(images)
 
 
 class TextTower(nn.Module):
@@ -128,11 +162,42 @@ class BagTower(nn.Module):
         return self.proj(self.norm(pool(self.tokens(input_ids), attention_mask, "mean")))
 
 
-def build_text_tower(cfg: TextTowerConfig, vocab_size: int, embed_dim: int) -> nn.Module:
+class OpenClipTextTower(nn.Module):
+    """open_clip's text transformer (CLIP's: token and position embeddings, causal attention, a final LayerNorm)
+    at the config's width, depth, heads and context over the tokenizer's vocabulary, read at the end-of-text token
+    ``eos_id`` as CLIP reads its EOT token; the causal mask makes the padding after it irrelevant."""
+
+    def __init__(self, vocab_size: int, cfg: TextTowerConfig, embed_dim: int, eos_id: int | None):
+        super().__init__()
+        from open_clip.model import CLIPTextCfg, _build_text_tower
+
+        if eos_id is None:
+            raise ValueError("text_tower.kind 'open_clip' reads the end-of-text token, and this tokenizer has none "
+                             "(no sep or eos token): use kind 'transformer', or a tokenizer that ends every text")
+        self.eos_id = int(eos_id)
+        self.body = _build_text_tower(embed_dim, CLIPTextCfg(
+            context_length=cfg.context, vocab_size=vocab_size, width=cfg.width, heads=cfg.heads, layers=cfg.depth,
+            pool_type="eos", eos_id=self.eos_id))
+        self.body.set_grad_checkpointing(cfg.grad_checkpointing)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if not bool((input_ids == self.eos_id).any(dim=1).all()):
+            raise ValueError(f"a text has no end-of-text token (id {self.eos_id}): tokenize with the tower's tokenizer, "
+                             "which appends it (lib.methods.three_towers.tokenize)")
+        return self.body(input_ids)
+
+
+def build_text_tower(cfg: TextTowerConfig, vocab_size: int, embed_dim: int, eos_id: int | None = None) -> nn.Module:
+    """The tower of ``cfg.kind``; ``eos_id`` (the tokenizer's end-of-text id) is read by the ``open_clip`` kind."""
+    if cfg.kind == "open_clip":
+        return OpenClipTextTower(vocab_size, cfg, embed_dim, eos_id)
     return (TextTower if cfg.kind == "transformer" else BagTower)(vocab_size, cfg, embed_dim)
 
 
 def build_image_tower(cfg: ImageTowerConfig, embed_dim: int) -> nn.Module:
     if cfg.kind == "convnet":
         return ConvTower(cfg.widths, embed_dim)
-    return TimmTower(cfg.timm_name, embed_dim, cfg.image_size)
+    if cfg.kind == "open_clip":
+        return OpenClipImageTower(cfg.open_clip_model, embed_dim, cfg.image_size, cfg.vit_width, cfg.vit_layers,
+                                  cfg.grad_checkpointing)
+    return TimmTower(cfg.timm_name, embed_dim, cfg.image_size, cfg.grad_checkpointing)
