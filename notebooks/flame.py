@@ -138,8 +138,11 @@ if config == "full":  # data prepared, models reachable, device, memory and disk
     require("flame", config, overrides=changes)
 K = len(cfg.text.facets)
 counts = [k for k in cfg.facet_counts if k < K][:1] if quick else [k for k in cfg.facet_counts if k < K]
+image_side = (f"image features {cfg.vision.name}" if cfg.image_tower is None else
+              f"image tower {cfg.image_tower.open_clip_model or cfg.image_tower.timm_name or cfg.image_tower.kind} "
+              f"trained from scratch at {cfg.image_tower.image_size} px")
 print(f"config {config!r}: LLM {cfg.text.name} (layer {cfg.text.layer}, {cfg.text.positions} positions); "
-      f"image features {cfg.vision.name}; seeds {list(cfg.seeds)}")
+      f"{image_side}; seeds {list(cfg.seeds)}")
 pd.DataFrame({"facet": cfg.text.facets,
               "used for": ["long and short texts" if f == cfg.short_text_facet else "long texts"
                            for f in cfg.text.facets]}, index=pd.RangeIndex(1, K + 1, name="k"))
@@ -648,7 +651,7 @@ if len(coincidences):
 # | prompt | template P below | template C below (single prompt; the long template starts "Detailed Image description :"), a "." appended to the caption | the paper's; `prompt: official` uses the code's single-prompt template and caption ending |
 # | facets | 7 for long texts; 1 for short texts ("this image description", §4.1) | 7 long + 3 short + 1 raw = 11 cached embeddings per image | small and medium: the first 3 of the 7 on long CLDR / Openclipart captions; full: the 7; short texts under the one prompt |
 # | position ids | each facet as its own pass | *contiguous* across facets (facets 2..K differ from separate passes) | *reset*: checked equal to separate passes above; `positions: contiguous` reproduces the code |
-# | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | frozen, cached image feature; only the MLP trains (small: hidden 1,024, on one pooled vector) |
+# | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | small and medium: frozen, cached image feature; only the MLP trains (hidden 1,024, on one pooled vector); full: open_clip's ViT-B-16 trained from scratch at 224 px (`lib.methods.image_tower.WithImageTower`) + the MLP on its pooled output (`image_tower: null`: frozen DINOv2-B features) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE (summed over images as printed), τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 averaged over the batch (a constant factor); the sigmoid loss compared (all K positives) |
 # | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128; medium: the same AdamW, batch 256, at most 600 steps, early stopping on validation loss (every 5 steps, patience 30) |
 # | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions; medium: a seeded 3,000 of the medium corpus's 11,416 training drawings with long captions |
@@ -665,13 +668,16 @@ if len(coincidences):
 # * C (official code, `model.py`): `Image description : "<caption>." . After thinking step by step ,
 #   <facet> means in just one word:"`
 #
-# **What the frozen image side changes.** The paper's image tower *learns* from the LLM's targets;
-# here it cannot: the image features are fixed, and the MLP only maps them. So the chapter tests FLAME's
-# *text side* (prompted, frozen LLM as the target space; facets; decoupled attention) with every method
-# on the same fixed image features, not FLAME's data efficiency for training a ViT. Likewise the
-# from-scratch baseline trains a text tower against locked image features (LiT's recipe) rather than
-# CLIP's two towers from scratch; the Three Towers chapter shows what two towers from scratch reach on
-# a few thousand drawings.
+# **What the frozen image side changes.** The paper's image tower *learns* from the LLM's targets; in the small
+# and medium configs it cannot: the image features are fixed, and the MLP only maps them. So those configs test
+# FLAME's *text side* (prompted, frozen LLM as the target space; facets; decoupled attention) with every method
+# on the same fixed image features, not FLAME's data efficiency for training a ViT. Likewise their from-scratch
+# baseline trains a text tower against locked image features (LiT's recipe) rather than CLIP's two towers from
+# scratch; the Three Towers chapter shows what two towers from scratch reach on a few thousand drawings. The
+# **full** config is the paper's setting: every method trains a ViT-B/16 from scratch in front of its own image
+# side, and the from-scratch baseline is CLIP (two towers from scratch), as in Table 3. What still differs there:
+# the training images are resident on the device, so the 2.9M re-captioned pairs need `data.limit` until
+# training streams from disk (the pre-flight computes the GPUs, checkpointing and limit that fit).
 #
 # **Penultimate vs last layer, contiguous vs reset positions.** Both are one field of
 # `lib.core.facets.FacetConfig`; `tests/test_facets.py` checks that the penultimate layer also equals

@@ -283,8 +283,10 @@ def _vit_shape(tower) -> tuple[int, int, int, int]:
     return 0, 0, 0, 0
 
 
-def tower_costs(cfg, rows: int, vocab_size: int = 30522) -> dict:
-    """Training towers from scratch (``cfg.image_tower``, ``cfg.text_tower``) at ``rows`` training images.
+def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0) -> dict:
+    """Training towers from scratch at ``rows`` training images: ``cfg.image_tower`` and, where the config has one,
+    ``cfg.text_tower`` (Three Towers); FLAME's trains only the image tower against ``resident_bytes`` of frozen text
+    features, which stay on the device too.
 
     FLOPs per step: 6 x parameters x tokens x batch. Activations kept for the backward pass, per micro-batch:
     Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes per transformer layer in 16-bit; with gradient
@@ -295,12 +297,13 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522) -> dict:
 
     from lib.nn.towers import build_image_tower
 
+    dim = getattr(cfg, "embed_dim", None) or cfg.image_tower_dim
     with torch.device("meta"):
-        image_params = sum(p.numel() for p in build_image_tower(cfg.image_tower, cfg.embed_dim).parameters())
-    text = cfg.text_tower
-    text_params = text.depth * 12 * text.width ** 2 + vocab_size * text.width
+        image_params = sum(p.numel() for p in build_image_tower(cfg.image_tower, dim).parameters())
+    text = getattr(cfg, "text_tower", None)
+    text_params = text.depth * 12 * text.width ** 2 + vocab_size * text.width if text is not None else 0
     layers, tokens, width, heads = _vit_shape(cfg.image_tower)
-    towers = [(layers, tokens, width, heads), (text.depth, text.context, text.width, text.heads)]
+    towers = [(layers, tokens, width, heads)] + ([(text.depth, text.context, text.width, text.heads)] if text else [])
     micro = cfg.train.micro_batch_size or cfg.train.batch_size
 
     active = [t for t in towers if t[0]]  # a convnet image tower has no transformer layers to count
@@ -308,8 +311,9 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522) -> dict:
     full = sum(n * layer for (n, *_), layer in zip(active, per_layer))
     checkpointed = sum(2 * n * s * h for n, s, h, _ in active) + max(per_layer, default=0.0)
 
-    flops_step = 6.0 * (image_params * tokens + text_params * text.context) * cfg.train.batch_size
+    flops_step = 6.0 * (image_params * tokens + (text_params * text.context if text else 0)) * cfg.train.batch_size
     return {"image_params": image_params, "text_params": text_params, "state_bytes": 16 * (image_params + text_params),
+            "resident_bytes": resident_bytes,
             "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
             "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
             "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
@@ -321,7 +325,7 @@ def fitting_setting(costs: dict, free_bytes: float, most_gpus: int = 8) -> tuple
     W GPUs (DDP with gathered negatives: the same global batch and loss, 1/W of the activations each); W GPUs with
     gradient checkpointing; a micro-batch (gradient accumulation: fewer negatives per loss, the only one that changes
     the objective). Pixels and the optimiser state are held whole on every GPU, so they bound every setting."""
-    fixed = costs["state_bytes"] + costs["pixel_bytes"]
+    fixed = costs["state_bytes"] + costs["pixel_bytes"] + costs.get("resident_bytes", 0.0)
     batch = costs["batch_size"]
 
     def need(per_gpu: int, checkpointing: bool) -> float:
@@ -329,9 +333,11 @@ def fitting_setting(costs: dict, free_bytes: float, most_gpus: int = 8) -> tuple
         return fixed + per_sample * per_gpu + 6 * batch * per_gpu * 4  # logits: each rank's rows x the global batch
 
     if fixed > 0.9 * free_bytes:
-        return (f"does not fit: the resident pixels ({costs['pixel_bytes'] / 2**30:.1f} GiB) and the optimiser state "
-                f"({costs['state_bytes'] / 2**30:.1f} GiB) alone exceed {free_bytes / 2**30:.0f} GiB: set data.limit "
-                "or a smaller image_size (training data is resident on the device)", {"fits": False})
+        features = (f", the resident text features ({costs['resident_bytes'] / 2**30:.1f} GiB)"
+                    if costs.get("resident_bytes") else "")
+        return (f"does not fit: the resident pixels ({costs['pixel_bytes'] / 2**30:.1f} GiB){features} and the "
+                f"optimiser state ({costs['state_bytes'] / 2**30:.1f} GiB) alone exceed {free_bytes / 2**30:.0f} GiB: "
+                "set data.limit or a smaller image_size (training data is resident on the device)", {"fits": False})
     def fewest(checkpointing: bool) -> int | None:
         return next((w for w in range(1, most_gpus + 1) if batch % w == 0
                      and need(batch // w, checkpointing) <= 0.9 * free_bytes), None)
@@ -380,12 +386,13 @@ def _training(report: Report, cfg) -> None:
         return
     widths = {"text": 0, "image": 0}
     resident = {"text": 0, "image": 0}  # the largest set of each side: the training set (K facets, or every token)
-    rows = 0
+    rows = text_rows = 0
     for entry in report.entries:
         side = "image" if entry["kind"].startswith("image") else "text"
         widths[side] = max(widths[side], report.models.get(entry["model"], {}).get("width", 0))
         resident[side] = max(resident[side], entry["resident_bytes"])
         rows = max(rows, entry["rows"]) if side == "image" else rows
+        text_rows = max(text_rows, entry["rows"]) if side == "text" else text_rows
     batch = min(train.micro_batch_size or train.batch_size, max(rows, 1))
     head = getattr(cfg, "head", None)
     hidden, layers = getattr(head, "hidden_dim", 0) or 0, getattr(head, "num_layers", 0) or 0
@@ -396,8 +403,9 @@ def _training(report: Report, cfg) -> None:
         params = head_params(widths["text"], widths["image"], hidden, layers)
         report.train.update(head_params=params, flops=train_step_flops(params, batch, widths["image"]) * train.steps
                             * report.train["runs"])
-    if getattr(cfg, "image_tower", None) is not None and getattr(cfg, "text_tower", None) is not None:
-        report.train["towers"] = tower_costs(cfg, rows)
+    if getattr(cfg, "image_tower", None) is not None:  # pixels, not image features: as many as training texts
+        own_text = getattr(cfg, "text_tower", None) is not None
+        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"])
 
 
 def _check_device(report: Report, device: str) -> float | None:

@@ -15,7 +15,7 @@ from lib.core import curves
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.facets import FLAME_TEMPLATE, FacetConfig
 from lib.methods.flame import OFFICIAL_TEMPLATE, SHORT_TEXT_FACET
-from lib.methods.three_towers import TextTowerConfig
+from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig
 
 NAME = "flame"
 
@@ -30,7 +30,9 @@ class Config:
     short texts. ``prompt: official`` uses the official code's template and caption ending instead of the
     paper's (changes ``text.template`` unless the config set its own). ``baselines`` are ShareLock heads on
     plain features (the first: the same LLM as ``text``); ``scratch`` a text tower trained from scratch
-    against the frozen image features. ``val_limit`` / ``retrieval_limit``: the first N validation /
+    against the frozen image features. ``image_tower`` (full): the paper's image encoder trained from scratch
+    (Table 3), in front of every method instead of ``vision``'s frozen features, with ``image_tower_dim``
+    outputs. ``val_limit`` / ``retrieval_limit``: the first N validation /
     unseen pairs (``data.limit``: training pairs). ``locales``: CLDR labels in other languages (emoji only).
     """
 
@@ -40,6 +42,8 @@ class Config:
     baselines: tuple[TextModelConfig, ...]
     scratch: TextTowerConfig
     scratch_embed_dim: int = 128
+    image_tower: ImageTowerConfig | None = None  # full: a ViT trained from scratch instead of frozen image features
+    image_tower_dim: int = 512
     projector_hidden: int | None = None  # None: the official max(LLM width, 4096)
     loss: Literal["facet_infonce", "mp_sigmoid"] = "facet_infonce"
     temperature: float | None = None  # None: 0.07 (facet_infonce) / 0.1 (mp_sigmoid)

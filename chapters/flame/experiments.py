@@ -17,7 +17,10 @@ from lib.core import features
 from lib.core.config import LossConfig, TextModelConfig
 from lib.core.evaluate import retrieval, zero_shot
 from lib.core.train import fit, seed_everything
+from lib.data import pixel_cache
+from lib.methods import three_towers as tt
 from lib.methods.flame import Flame, official_caption
+from lib.methods.image_tower import WithImageTower
 from lib.methods.sharelock import ShareLock
 from lib.methods.three_towers import ThreeTowers, load_tokenizer, tokenize
 
@@ -26,12 +29,13 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     """Every feature the notebook reads: the image features of the training, validation, retrieval and
     zero-shot images (medium: of the whole splits, the ShareLock chapter's medium entries, and of the Tux Paint
     sets); the LLM's K facet embeddings of every text set; each baseline's features of the same texts. The text
-    tower from scratch reads tokens, not features."""
+    tower from scratch reads tokens, not features; an image tower trained from scratch (``image_tower``) reads
+    pixels, so no image feature is stored then."""
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
     images = [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]
     if isinstance(cfg, MediumConfig):
         images += [bench.zero_shot[1], tux_multilingual(cfg)[0]]
-    for labelled in images:
+    for labelled in images if cfg.image_tower is None else []:
         plan.add(features.image(cfg.vision, labelled, **store))
     for name, (texts, source) in text_sets(cfg, bench).items():
         prompted = [official_caption(t) for t in texts] if cfg.prompt == "official" else texts
@@ -57,7 +61,13 @@ class ChapterFeatures:
         return self._cache[name]
 
     def image(self, role: str) -> torch.Tensor:
+        """The frozen image features of a role's images, or their uint8 pixels when an image tower trains."""
         images = self.bench.zero_shot[0] if role == "zero-shot" else getattr(self.bench, role)
+        if self.cfg.image_tower is not None:
+            key = f"pixels:{images.name}"
+            if key not in self._cache:
+                self._cache[key] = pixel_cache.cached_pixels(images, self.cfg.image_tower.image_size, tt.pixels)
+            return self._cache[key][: self.rows.get(role)]
         return self._tensor(f"image:{self.cfg.vision.name}:{images.name}")[: self.rows.get(role)]
 
     def set_name(self, name: str) -> str:
@@ -96,8 +106,11 @@ class _ScratchTower(nn.Module):
         super().__init__()
         self.method = method
 
-    def embed_image(self, image_features: torch.Tensor) -> torch.Tensor:
-        return self.method.embed_image(None, image_features)
+    def embed_image(self, images: torch.Tensor) -> torch.Tensor:
+        """Frozen image features (the LiT recipe), or pixels through the tower trained from scratch (CLIP)."""
+        if self.method.variant == "scratch":
+            return tt.embed_in_batches(lambda pixels: self.method.embed_image(pixels, None), images, batch_size=256)
+        return self.method.embed_image(None, images)
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.method.embed_text(tokens[:, 0], tokens[:, 1])
@@ -127,29 +140,35 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     k, loss = (k or K, loss or cfg.loss) if kind == "flame" else (None, None)
     seed_everything(seed)
     image = {role: feats.image(role) for role in ("train", "val")}
+    tower = cfg.image_tower  # None: frozen image features; else every method trains this tower from scratch
+    image_dim = cfg.image_tower_dim if tower is not None else image["train"].shape[1]
     if kind == "flame":
-        method = Flame(image["train"].shape[1], feats.facets("train").shape[2], loss=loss,
+        method = Flame(image_dim, feats.facets("train").shape[2], loss=loss,
                        hidden_dim=cfg.projector_hidden, temperature=cfg.temperature,
                        positives=cfg.positives if loss == "mp_sigmoid" else None)
         data = {r: {"image": image[r], "text": feats.facets(r)[:, :k]} for r in image}
         one = cfg.text.facets.index(cfg.short_text_facet)
         long_text, short_text = (lambda name: feats.facets(name)[:, :k]), (lambda name: feats.facets(name)[:, [one]])
-        model, label = method, "flame"
-    elif kind == "scratch":
-        method = ThreeTowers("lit", third_dim=image["train"].shape[1], vocab_size=feats.tokenizer.vocab_size,
-                             image_tower=None, text_tower=cfg.scratch, embed_dim=cfg.scratch_embed_dim,  # lit: no f
-                             loss=LossConfig(0.07, learnable=True))
-        data = {r: {"third": image[r], "input_ids": feats.tokens(r)[:, 0], "attention_mask": feats.tokens(r)[:, 1]}
+        label = "flame"
+    elif kind == "scratch":  # with frozen image features, LiT's recipe; with an image tower, CLIP from scratch
+        method = ThreeTowers("lit" if tower is None else "scratch", third_dim=image_dim,
+                             vocab_size=feats.tokenizer.vocab_size, image_tower=tower, text_tower=cfg.scratch,
+                             embed_dim=cfg.scratch_embed_dim, loss=LossConfig(0.07, learnable=True),
+                             eos_id=tt.end_of_text_id(feats.tokenizer))
+        side = "third" if tower is None else "pixels"
+        data = {r: {side: image[r], "input_ids": feats.tokens(r)[:, 0], "attention_mask": feats.tokens(r)[:, 1]}
                 for r in image}
         long_text = short_text = feats.tokens
-        model, label = _ScratchTower(method), "scratch"
+        label = "scratch"
     else:
         baseline = next(b for b in cfg.baselines if b.name == kind)
-        method = ShareLock(feats.text(baseline, "train").shape[1], image["train"].shape[1], cfg.head,
-                           cfg.sharelock_loss)
+        method = ShareLock(feats.text(baseline, "train").shape[1], image_dim, cfg.head, cfg.sharelock_loss)
         data = {r: {"image": image[r], "text": feats.text(baseline, r)} for r in image}
         long_text = short_text = (lambda name: feats.text(baseline, name))
-        model, label = method, f"sharelock/{short(kind)}"
+        label = f"sharelock/{short(kind)}"
+    if tower is not None and kind != "scratch":  # the method's image side reads the tower's outputs
+        method = WithImageTower(method, tower, cfg.image_tower_dim)
+    model = _ScratchTower(method) if kind == "scratch" else method
     result = fit(method, data["train"], data["val"], cfg.train, seed=seed, device=cfg.device, progress=False)
     model.cpu()
     row = {"method": label, "facets": k, "loss": loss, "seed": seed, "best_step": result.best_step,

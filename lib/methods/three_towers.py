@@ -19,18 +19,19 @@ from torch import nn
 from lib.core.config import LossConfig
 from lib.nn.losses import ClipLoss
 from lib.nn.towers import (
-    BagTower, ConvTower, ImageTowerConfig, TextTower, TextTowerConfig, TimmTower, build_image_tower, build_text_tower,
+    BagTower, ConvTower, ImageTowerConfig, TextTower, TextTowerConfig, TimmTower, augment, build_image_tower,
+    build_text_tower, normalise_pixels,
 )
 
 __all__ = [
     "VARIANTS", "TERMS", "ImageTowerConfig", "TextTowerConfig", "ConvTower", "TimmTower", "TextTower", "BagTower",
     "build_image_tower", "build_text_tower", "Head", "ThreeTowers", "TwoTowerModel", "pixels", "normalise_pixels",
-    "augment", "load_tokenizer", "CompactVocabulary", "end_of_text_id", "tokenize", "embed_in_batches", "zero_shot", "retrieval",
+    "augment", "load_tokenizer", "CompactVocabulary", "end_of_text_id", "tokenize", "embed_in_batches", "zero_shot",
+    "retrieval",
 ]
 
 VARIANTS = ("scratch", "lit", "3t")
 TERMS = ("fg", "fh", "gh")
-PIXEL_MEAN, PIXEL_STD = 0.5, 0.5  # towers trained from scratch: pixels mapped to [-1, 1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,10 +51,6 @@ def pixels(load_image, count: int, size: int) -> torch.Tensor:
         image = to_rgb(load_image(i))
         out[i] = np.asarray(image.resize((size, size), Image.BICUBIC), dtype=np.uint8)
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
-
-
-def normalise_pixels(batch: torch.Tensor) -> torch.Tensor:
-    return (batch.float() / 255.0 - PIXEL_MEAN) / PIXEL_STD
 
 
 def load_tokenizer(name: str):
@@ -117,24 +114,6 @@ def tokenize(tokenizer, texts: Sequence[str], context: int) -> dict[str, torch.T
     """``input_ids`` and ``attention_mask`` padded to ``context`` (texts longer than that are cut)."""
     encoded = tokenizer(list(texts), padding="max_length", truncation=True, max_length=context, return_tensors="pt")
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
-
-
-def augment(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Random scale (0.8-1.0), shift (up to 10 %) and horizontal flip, per image.
-
-    Why: a tower trained from scratch on a few thousand drawings memorises them quickly; from-scratch CLIP training
-    augments too. Border padding repeats the edge (the white page for emoji).
-    """
-    n = images.shape[0]
-    scale = torch.empty(n).uniform_(0.8, 1.0, generator=generator)
-    shift = torch.empty(n, 2).uniform_(-0.1, 0.1, generator=generator)
-    flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
-    theta = torch.zeros(n, 2, 3)
-    theta[:, 0, 0] = scale * flip
-    theta[:, 1, 1] = scale
-    theta[:, :, 2] = shift
-    grid = F.affine_grid(theta.to(images), list(images.shape), align_corners=False)
-    return F.grid_sample(images, grid, padding_mode="border", align_corners=False)
 
 
 # --------------------------------------------------------------------------------------------
