@@ -113,28 +113,11 @@ def _extract(target: Path) -> None:
         write_json(tmp / "contents.json", contents)  # last: its presence means the folder is complete
 
 
-_checked: set[Path] = set()
-
-
 def corpus_dir() -> Path:
     """The unpacked corpus (built once, atomically, from the checksummed tarballs), checked against its
     ``contents.json`` (every file present with its recorded size) the first time a process opens it."""
     target = assets_dir() / f"emoji-{manifests.manifest_hash('emoji')[:12]}"
-    if not (target / "contents.json").is_file():
-        if target.exists():  # an older or interrupted unpacking: start again
-            shutil.rmtree(target)
-        _extract(target)
-    if target not in _checked:
-        contents = json.loads((target / "contents.json").read_text(encoding="utf-8"))
-        for name, record in contents.items():
-            path = target / name
-            if not path.is_file() or path.stat().st_size != record["bytes"]:
-                state = ("is missing" if not path.is_file()
-                         else f"has {path.stat().st_size} bytes, not {record['bytes']}")
-                raise manifests.DatasetMissingError(f"{path} {state}: the unpacked emoji corpus is damaged; run "
-                                                    f"`{REEXTRACT}`")
-        _checked.add(target)
-    return target
+    return manifests.unpacked_once(target, _extract, f"the unpacked emoji corpus is damaged; run `{REEXTRACT}`")
 
 
 def re_extract() -> Path:
@@ -142,7 +125,7 @@ def re_extract() -> Path:
     target = assets_dir() / f"emoji-{manifests.manifest_hash('emoji')[:12]}"
     if target.exists():
         shutil.rmtree(target)
-    _checked.discard(target)
+    manifests.forget(target)
     load_concepts.cache_clear()
     return corpus_dir()
 

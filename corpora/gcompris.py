@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import json
 import re
-import shutil
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
@@ -268,11 +267,7 @@ def load_index() -> dict:
     """The titled photos and the category photos, their text, licence and flatness (built once from the installed
     package, checked against the manifest), with the images extracted beside the index."""
     target = _folder()
-    if not (target / "index.json").is_file():
-        if target.exists():
-            shutil.rmtree(target)
-        _build_index(target)
-    index = json.loads((target / "index.json").read_text(encoding="utf-8"))
+    index = manifests.index_once(target, _build_index)
     index["folder"] = str(target)
     missing = [i["image"] for i in index["items"] + index["category_photos"] if not (target / i["image"]).is_file()]
     if missing:

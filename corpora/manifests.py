@@ -101,3 +101,62 @@ def dataset_file(name: str, file: str) -> Path:
             )
         _VERIFIED.add(stamp)
     return path
+
+
+# ---- folders built once from the manifest's inputs (unpacked packages, corpus indexes) ----
+_CHECKED: set[Path] = set()
+
+
+def unpacked_once(target: Path, extract, remedy: str) -> Path:
+    """``target``, unpacked by ``extract(target)`` unless its ``contents.json`` (written last, so its presence means
+    the folder is complete) is there; a folder without it is an interrupted unpacking and is unpacked again. The
+    first time a process opens it, every file listed is checked to be present with its recorded size; otherwise one
+    error names the file and ``remedy``."""
+    import shutil
+
+    if not (target / "contents.json").is_file():
+        if target.exists():
+            shutil.rmtree(target)
+        extract(target)
+    if target not in _CHECKED:
+        contents = json.loads((target / "contents.json").read_text(encoding="utf-8"))
+        for rel, record in contents.items():
+            path = target / rel
+            if not path.is_file() or path.stat().st_size != record["bytes"]:
+                state = ("is missing" if not path.is_file()
+                         else f"has {path.stat().st_size} bytes, not {record['bytes']}")
+                raise DatasetMissingError(f"{path} {state}: {remedy}")
+        _CHECKED.add(target)
+    return target
+
+
+def forget(target: Path | None = None) -> None:
+    """Check ``target`` (None: every folder) again the next time it is opened (after it was deleted or rebuilt)."""
+    if target is None:
+        _CHECKED.clear()
+    else:
+        _CHECKED.discard(target)
+
+
+def index_once(target: Path, build) -> dict:
+    """``target/index.json``, built by ``build(target)`` unless it is there (a folder without it is an interrupted
+    build and is built again)."""
+    import shutil
+
+    if not (target / "index.json").is_file():
+        if target.exists():
+            shutil.rmtree(target)
+        build(target)
+    return json.loads((target / "index.json").read_text(encoding="utf-8"))
+
+
+def read_capped(path: str | Path, most: int, error: type[Exception], what: str) -> bytes:
+    """The bytes of ``path``, refused with ``error`` (naming the file) above ``most`` bytes or when unreadable."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > most:
+            raise error(f"{path}: {size} bytes, more than the {most} {what} may have")
+        return path.read_bytes()
+    except OSError as failure:
+        raise error(f"{path} cannot be read ({type(failure).__name__}: {failure})") from None

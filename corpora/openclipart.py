@@ -34,7 +34,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
 from functools import lru_cache
@@ -277,11 +276,7 @@ def load_index() -> dict:
     """The cleaned index (built once from the Debian files, checked against the manifest's tree sha256);
     on first open in a process, every kept PNG is checked to be present with its recorded size."""
     target = assets_dir() / f"{NAME}-{manifests.manifest_hash(NAME)[:12]}-v{INDEX_VERSION}"
-    if not (target / "index.json").is_file():
-        if target.exists():
-            shutil.rmtree(target)
-        _build_index(target)
-    index = json.loads((target / "index.json").read_text(encoding="utf-8"))
+    index = manifests.index_once(target, _build_index)
     index["folder"] = str(target)
     if target not in _checked:
         missing = [i["id"] for i in index["items"] if not (root() / "png" / i["id"]).is_file()

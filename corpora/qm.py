@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpora import manifests
+
 __all__ = ["QmError", "Catalogue", "Message", "read_qm", "parse", "elf_hash", "MAGIC"]
 
 MAGIC = bytes.fromhex("3cb86418caef9c95cd211cbf60a1bddd")
@@ -86,13 +88,7 @@ def elf_hash(data: bytes) -> int:
 def read_qm(path: str | Path) -> Catalogue:
     """The catalogue of the ``.qm`` file at ``path``."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise QmError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a translation file may have")
-        data = path.read_bytes()
-    except OSError as error:
-        raise QmError(f"{path} cannot be read ({type(error).__name__}: {error})") from None
+    data = manifests.read_capped(path, MAX_FILE_BYTES, QmError, "a translation file")
     return parse(data, str(path))
 
 

@@ -18,6 +18,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from corpora import manifests
+
 __all__ = ["RccError", "read_rcc", "entries", "MAX_ENTRY_BYTES"]
 
 MAGIC = b"qres"
@@ -34,13 +36,7 @@ class RccError(ValueError):
 def read_rcc(path: str | Path) -> dict[str, bytes]:
     """Every file entry of the ``.rcc`` at ``path`` as ``{"dir/sub/name": bytes}`` (decompressed), in tree order."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise RccError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a resource file may have")
-        data = path.read_bytes()
-    except OSError as error:
-        raise RccError(f"{path} cannot be read ({type(error).__name__}: {error})") from None
+    data = manifests.read_capped(path, MAX_FILE_BYTES, RccError, "a resource file")
     return entries(data, str(path))
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
-import shutil
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
@@ -128,11 +126,7 @@ def load_index() -> dict:
     """The stamps, their text and flatness (built once from the Debian files, checked against the manifest),
     with the SVG stamps rendered into a cached folder (``svg/``)."""
     target = _folder()
-    if not (target / "index.json").is_file():
-        if target.exists():
-            shutil.rmtree(target)
-        _build_index(target)
-    index = json.loads((target / "index.json").read_text(encoding="utf-8"))
+    index = manifests.index_once(target, _build_index)
     svg_paths = {i["id"]: root() / f"{i['id']}.svg" for i in index["items"] if i["kind"] == "svg"}
     sources = {rid: (lambda p=p: p) for rid, p in svg_paths.items()}
     index["rendered"] = svg.cached(target.with_name(target.name + "-svg"), sources, fix=f" (or run `{SETUP}`)")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tarfile
 from functools import lru_cache
 from pathlib import Path
@@ -67,25 +66,12 @@ def _extract(name: str, target: Path) -> None:
         write_json(tmp / "contents.json", contents)  # last: its presence means the folder is complete
 
 
-_checked: set[Path] = set()
-
-
 def unpacked(name: str) -> Path:
     """The unpacked package (built once from its checksummed tarball), checked against ``contents.json``."""
     target = _unpacked(name)
-    if not (target / "contents.json").is_file():
-        if target.exists():
-            shutil.rmtree(target)
-        _extract(name, target)
-    if target not in _checked:
-        contents = json.loads((target / "contents.json").read_text(encoding="utf-8"))
-        for rel, record in contents.items():
-            path = target / rel
-            if not path.is_file() or path.stat().st_size != record["bytes"]:
-                raise manifests.DatasetMissingError(f"{path} is missing or damaged: delete {target} and it is unpacked "
-                                                    f"again from its checksummed tarball (or run `{SETUP}`)")
-        _checked.add(target)
-    return target
+    return manifests.unpacked_once(target, lambda folder: _extract(name, folder),
+                                   f"delete {target} and it is unpacked again from its checksummed tarball (or run "
+                                   f"`{SETUP}`)")
 
 
 def _openmoji() -> list[dict]:

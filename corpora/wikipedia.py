@@ -21,7 +21,6 @@ import argparse
 import json
 import posixpath
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -168,26 +167,11 @@ def _extract(target: Path) -> None:
         write_json(tmp / "contents.json", contents)  # last: its presence means the folder is complete
 
 
-_checked: set[Path] = set()
-
-
 def ensure() -> Path:
     """The extracted summaries (``summaries_<locale>.json`` per locale; fetched and unpacked once, atomically),
     checked against ``contents.json`` the first time a process opens them."""
     target = _folder()
-    if not (target / "contents.json").is_file():
-        if target.exists():  # an interrupted unpacking: start again
-            shutil.rmtree(target)
-        _extract(target)
-    if target not in _checked:
-        contents = json.loads((target / "contents.json").read_text(encoding="utf-8"))
-        for name, record in contents.items():
-            path = target / name
-            if not path.is_file() or path.stat().st_size != record["bytes"]:
-                raise manifests.DatasetMissingError(f"{path} is missing or damaged: delete {target} and run "
-                                                    f"`{COMMAND}`")
-        _checked.add(target)
-    return target
+    return manifests.unpacked_once(target, _extract, f"delete {target} and run `{COMMAND}`")
 
 
 def installed() -> bool:

@@ -294,13 +294,13 @@ def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_pat
 
     monkeypatch.setattr(emoji, "assets_dir", lambda: tmp_path)
     emoji.load_concepts.cache_clear()
-    emoji._checked.clear()
+    manifests.forget()
     try:
         concept = emoji.load_concepts()[5]
         picture = concept.images["google"]
         assert str(picture).startswith(str(tmp_path))
         picture.write_bytes(picture.read_bytes()[: 40])  # truncated PNG
-        emoji._checked.clear()
+        manifests.forget()
         with pytest.raises(DatasetMissingError, match=r"has \d+ bytes, not \d+: the unpacked emoji corpus is "
                                                       r"damaged; run `python -m corpora.emoji --re-extract`"):
             emoji.corpus_dir()
@@ -310,10 +310,10 @@ def test_a_damaged_corpus_file_names_the_re_extract_command(monkeypatch, tmp_pat
         emoji.re_extract()
         assert concept.image("google").size == (64, 64)
         picture.unlink()
-        emoji._checked.clear()
+        manifests.forget()
         with pytest.raises(DatasetMissingError, match="is missing: the unpacked emoji corpus is damaged"):
             emoji.corpus_dir()
     finally:
         emoji.load_concepts.cache_clear()
-        emoji._checked.clear()
+        manifests.forget()
         assert paths.assets_dir() != tmp_path
