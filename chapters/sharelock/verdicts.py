@@ -45,6 +45,14 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs, curve: Runs | None = None)
                 runs.compare(metric, dict(text=dec, vision=vision, control="", head="mlp"),
                              dict(text=enc, vision=vision, control="", head="mlp")),
                 (dec, enc), paper_value="Llama-3 8B 40.2 vs BERT-Large 18.3 (class names)", paper_pair=(40.2, 18.3)))
+    photos = next((z for z in bench.zero_shot if z.name.startswith("gcompris-") and "categories" not in z.name), None)
+    if photos is not None:
+        out.append(Claim(
+            "real_photos_above_chance", "the book's question: a head trained on drawings names real photographs "
+            "(GCompris' Wikimedia Commons animals and monuments, by title) above chance",
+            "the book's own question (the paper trains and tests on photographs)",
+            versus(runs.values(f"{photos.name}/acc1", **main, head="mlp"), 1 / len(photos.classnames)),
+            ("ShareLock head on real photos", "chance"), paper_value=None, origin="book"))
     out.append(Claim(
         "mlp_beats_linear", "the book's ablation: the MLP head beats one linear map on the same frozen LLM features "
         "(the paper never compares the two; its head ablation is MLP vs Q-Former vs attention pooling)",
