@@ -167,3 +167,26 @@ def test_locale_labels_are_in_split_order_and_in_the_asked_language():
     assert len(german) == 5 and german != english
     with pytest.raises(ValueError, match="locale"):
         emoji.locale_labels("unseen", "xx")
+
+
+def test_with_an_image_tower_every_method_trains_it_from_pixels_and_no_image_feature_is_planned():
+    """The full config's setting (the paper's Table 3): a ViT trained from scratch in front of FLAME's projector and
+    of the ShareLock head's image side, and CLIP (two towers from scratch) as the from-scratch baseline."""
+    from lib.methods.image_tower import WithImageTower
+    from lib.methods.three_towers import ThreeTowers
+
+    overrides = {"data": {"limit": 16}, "val_limit": 8, "retrieval_limit": 12, "projector_hidden": 32,
+                 "head": {"hidden_dim": 32}, "train": {"steps": 2, "eval_every": 1, "warmup_steps": 0, "batch_size": 8},
+                 "image_tower": {"kind": "open_clip", "open_clip_model": "ViT-B-16", "image_size": 32,
+                                 "vit_width": 64, "vit_layers": 1}, "image_tower_dim": 16, "locales": []}
+    cfg = flame.load_config("small", overrides)
+    bench = flame.benchmark(cfg)
+    plan = flame.feature_plan(cfg, bench)
+    assert not [r for r in plan if r.kind == "image"]
+    feats = flame.ChapterFeatures(cfg, bench, _Found(plan))
+    assert feats.image("train").dtype == torch.uint8 and feats.image("train").shape == (16, 3, 32, 32)
+    for kind, wrapped in (("flame", WithImageTower), ("scratch", ThreeTowers), (cfg.baselines[0].name, WithImageTower)):
+        row, result, method = flame.train_and_evaluate(cfg, bench, feats, kind, seed=0)
+        assert isinstance(method, wrapped) and result.steps_run == 2
+        assert 0 <= row["zero-shot/acc1"] <= 1 and "retrieval/image_retrieval_recall@1" in row
+    assert method.tower.body.transformer.width == 64 and method.method.__class__.__name__ == "ShareLock"
