@@ -283,7 +283,7 @@ def _vit_shape(tower) -> tuple[int, int, int, int]:
     return 0, 0, 0, 0
 
 
-def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0) -> dict:
+def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0, streamed: bool = False) -> dict:
     """Training towers from scratch at ``rows`` training images: ``cfg.image_tower`` and, where the config has one,
     ``cfg.text_tower`` (Three Towers); FLAME's trains only the image tower against ``resident_bytes`` of frozen text
     features, which stay on the device too.
@@ -292,7 +292,8 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
     Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes per transformer layer in 16-bit; with gradient
     checkpointing only each layer's input stays (2*s*b*h) plus one layer recomputed at a time. State: 16 bytes per
     trained parameter (fp32 weights and gradients, Adam's two moments). Pixels: uint8, resident on every device
-    (``lib.core.train.fit``). What :func:`fitting_setting` weighs."""
+    (``lib.core.train.fit``); ``streamed``: the training data stay in host memory and on disk, and only batches reach
+    the device (``lib.core.rows``). What :func:`fitting_setting` weighs."""
     import torch
 
     from lib.nn.towers import build_image_tower
@@ -313,9 +314,12 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
 
     flops_step = 6.0 * (image_params * tokens + (text_params * text.context if text else 0)) * cfg.train.batch_size
     return {"image_params": image_params, "text_params": text_params, "state_bytes": 16 * (image_params + text_params),
-            "resident_bytes": resident_bytes,
+            "resident_bytes": 0.0 if streamed else resident_bytes, "streamed": streamed,
+            "checkpointing": "image_tower.grad_checkpointing" + (" and text_tower.grad_checkpointing" if text else ""),
             "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
             "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
+            "host_pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2 if streamed else 0,
+            "bytes_per_image": 3 * cfg.image_tower.image_size ** 2,
             "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
             "flops": flops_step * cfg.train.steps}
 
@@ -325,7 +329,8 @@ def fitting_setting(costs: dict, free_bytes: float, most_gpus: int = 8) -> tuple
     W GPUs (DDP with gathered negatives: the same global batch and loss, 1/W of the activations each); W GPUs with
     gradient checkpointing; a micro-batch (gradient accumulation: fewer negatives per loss, the only one that changes
     the objective). Pixels and the optimiser state are held whole on every GPU, so they bound every setting."""
-    fixed = costs["state_bytes"] + costs["pixel_bytes"] + costs.get("resident_bytes", 0.0)
+    fixed = costs["state_bytes"] + costs.get("resident_bytes", 0.0) + (0 if costs.get("streamed") else
+                                                                       costs["pixel_bytes"])
     batch = costs["batch_size"]
 
     def need(per_gpu: int, checkpointing: bool) -> float:
@@ -351,7 +356,7 @@ def fitting_setting(costs: dict, free_bytes: float, most_gpus: int = 8) -> tuple
                                            "gib_per_gpu": round(need(batch, False) / 2**30, 1)}
     if checkpointed is not None:
         options = ([gpus(plain)] if plain else []) + (
-            [f"{gpus(checkpointed)} with image_tower.grad_checkpointing and text_tower.grad_checkpointing: true "
+            [f"{gpus(checkpointed)} with {costs.get('checkpointing', 'image_tower.grad_checkpointing')}: true "
              "(the forward pass is recomputed: about 1.33x the compute)"] if plain is None or checkpointed < plain
             else [])
         best, ckpt = (plain, False) if plain else (checkpointed, True)
@@ -398,14 +403,16 @@ def _training(report: Report, cfg) -> None:
     hidden, layers = getattr(head, "hidden_dim", 0) or 0, getattr(head, "num_layers", 0) or 0
     report.train = {"rows": rows, "resident_bytes": resident["text"] + resident["image"],
                     "logits_bytes": 6 * batch * batch * 4, "head_activation_bytes": 4 * batch * hidden * layers * 4,
-                    "steps": train.steps, "batch_size": train.batch_size, "runs": _runs(report.chapter, cfg)}
+                    "steps": train.steps, "batch_size": train.batch_size, "runs": _runs(report.chapter, cfg),
+                    "can_stream": getattr(cfg, "train_data", "resident") != "resident", "data_path": "resident"}
     if hidden and report.train["runs"]:
         params = head_params(widths["text"], widths["image"], hidden, layers)
         report.train.update(head_params=params, flops=train_step_flops(params, batch, widths["image"]) * train.steps
                             * report.train["runs"])
     if getattr(cfg, "image_tower", None) is not None:  # pixels, not image features: as many as training texts
         own_text = getattr(cfg, "text_tower", None) is not None
-        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"])
+        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"],
+                                             streamed=getattr(cfg, "train_data", "resident") == "streamed")
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -447,7 +454,19 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
                             f"{t['towers']['micro_batch_size']:,})")
         if free_gpu is not None and not found["fits"]:
             report.problems.append(f"device {device}: {how}")
-    if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu:
+        host = t["towers"]["host_pixel_bytes"]
+        if host > 0.8 * psutil.virtual_memory().available:  # streamed features, but the pixels are held in memory
+            fits = int(0.8 * psutil.virtual_memory().available / t["towers"]["bytes_per_image"])
+            report.problems.append(f"host memory: the training images take about {host / 2**30:.0f} GiB as uint8 "
+                                   f"pixels, {psutil.virtual_memory().available / 2**30:.0f} GiB are available: set "
+                                   f"data.limit to about {fits:,} or fewer pairs (the pixels are held in memory; "
+                                   "only the text features stream from the store)")
+    if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu and t.get("can_stream"):
+        t["data_path"] = "streamed"  # the chapter reads its training features from the store's shards instead
+        report.facts.append(f"training data path: streamed from the store (lib.core.rows): the training features, "
+                            f"about {t['resident_bytes'] / 2**30:.0f} GiB, do not fit the {free_gpu / 2**30:.0f} GiB "
+                            "free on the device")
+    elif free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu:
         fits = int(t["rows"] * max(0.9 * free_gpu - t["logits_bytes"], 0) / max(t["resident_bytes"], 1))
         report.problems.append(f"device {device}: training keeps its features resident, about "
                                f"{t['resident_bytes'] / 2**30:.0f} GiB for {t['rows']:,} rows (plus "
@@ -543,8 +562,8 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
         runs = f"{t['runs']} runs" if t["runs"] else "per run"
         flops = (f", {t['flops']:.2e} FLOPs, {t['flops'] / (ASSUMED_TFLOPS * 1e12) / 3600:.2f} GPU-hours at most "
                  "(early stopping shortens it)") if t.get("flops") else ""
-        report.facts.append(f"training ({runs} of {t['steps']:,} steps at batch {t['batch_size']:,}): "
-                            f"{t['resident_bytes'] / 2**30:.1f} GiB of resident features, "
+        report.facts.append(f"training ({runs} of {t['steps']:,} steps at batch {t['batch_size']:,}, data path "
+                            f"{t['data_path']}): {t['resident_bytes'] / 2**30:.1f} GiB of training features, "
                             f"{t['logits_bytes'] / 2**30:.1f} GiB of contrastive logits per step{flops}")
     return report
 

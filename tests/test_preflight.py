@@ -167,7 +167,11 @@ def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_
                                "training pairs, or use a larger GPU"]
     report.problems.clear()
     preflight._check_space(report, str(tmp_path / "store"), 160 * 2**30, "cuda:0")
-    assert report.problems == []
+    assert report.problems == [] and report.train["data_path"] == "resident"
+    report.train.update(can_stream=True)  # FLAME's train_data: auto streams the features instead of failing
+    preflight._check_space(report, str(tmp_path / "store"), 80 * 2**30, "cuda:0")
+    assert report.problems == [] and report.train["data_path"] == "streamed"
+    assert any("data path: streamed" in fact for fact in report.facts)
 
 
 def test_towers_trained_from_scratch_count_their_activations_and_name_the_setting_that_fits():

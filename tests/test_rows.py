@@ -73,3 +73,32 @@ def test_the_loader_yields_the_resident_batches_in_order(tmp_path, workers):
     assert len(streamed) == len(resident) == 12 and sampler.chunks_per_step == 2
     for a, b in zip(streamed, resident):
         assert torch.equal(a["x"], b["x"]) and torch.equal(a["y"], b["y"])
+
+
+def test_a_streamed_run_is_the_resident_run(tmp_path, monkeypatch):
+    """Same seed, same batches, same dropout masks: the weights and every logged loss are equal, not close."""
+    from lib.core.config import HeadConfig, LossConfig
+    from lib.methods.sharelock import ShareLock
+
+    monkeypatch.delenv("LIB_RUN_CACHE", raising=False)
+    text, text_data = _entry(tmp_path / "text", 96, 12, shard_rows=32)
+    image, image_data = _entry(tmp_path / "image", 96, 6, shard_rows=40)
+    settings = TrainSettings(steps=14, batch_size=32, micro_batch_size=16, lr=1e-2, warmup_steps=2, eval_every=5)
+    val = {"text": text_data[:24] * 0.5, "image": image_data[:24]}
+    results = []
+    for train in ({"text": text_data, "image": image_data}, {"text": StoreRows(text), "image": StoreRows(image)}):
+        torch.manual_seed(0)
+        method = ShareLock(12, 6, HeadConfig(hidden_dim=16, num_layers=3, dropout=0.2), LossConfig(0.07, False))
+        result = fit(method, train, val, settings, seed=5, progress=False)
+        results.append((result, method.state_dict()))
+    (a, weights_a), (b, weights_b) = results
+    assert [r["train_loss"] for r in a.history] == [r["train_loss"] for r in b.history]
+    assert a.best_step == b.best_step and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+def test_store_rows_keep_the_first_facets_and_rows_asked_for(tmp_path):
+    cached, data = _entry(tmp_path, 70, 5, shard_rows=16)
+    rows = StoreRows(cached, per_row=7, first=2, limit=6)
+    assert len(rows) == 6 and torch.equal(rows[torch.tensor([5, 0])], data.view(10, 7, 5)[[5, 0], :2])
+    with pytest.raises(IndexError):
+        rows[torch.tensor([6])]

@@ -499,7 +499,8 @@ OVERRIDES = {
     # 12-layer tower, minutes on a CPU per run, and a chapter evaluates ~15 runs.
     "flame": "{device: cpu, " + TRAIN + ", " + PAIRS + ", head: {hidden_dim: 64}, projector_hidden: 64, "
              "scratch: {width: 32, depth: 1, heads: 2, context: 16}, scratch_embed_dim: 32, val_limit: 8, "
-             "retrieval_limit: 16, image_tower: {vit_width: 64, vit_layers: 1, image_size: 32}, image_tower_dim: 32}",
+             "retrieval_limit: 16, image_tower: {vit_width: 64, vit_layers: 1, image_size: 32}, image_tower_dim: 32, "
+             "train_data: streamed}",  # the streamed data path, as a GPU run whose features do not fit takes it
     "three_towers": "{device: cpu, " + TRAIN + ", " + PAIRS + ", embed_dim: 32, "
                     "image_tower: {vit_width: 64, vit_layers: 1, image_size: 32}, "
                     "text_tower: {width: 32, depth: 1, heads: 2, context: 16}}",

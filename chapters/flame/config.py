@@ -32,7 +32,9 @@ class Config:
     plain features (the first: the same LLM as ``text``); ``scratch`` a text tower trained from scratch
     against the frozen image features. ``image_tower`` (full): the paper's image encoder trained from scratch
     (Table 3), in front of every method instead of ``vision``'s frozen features, with ``image_tower_dim``
-    outputs. ``val_limit`` / ``retrieval_limit``: the first N validation /
+    outputs. ``train_data``: the training text features resident on the device, or ``streamed`` from the store's
+    shards (``lib.core.rows``); ``auto`` streams when they would take over half of the GPU's free memory.
+    ``val_limit`` / ``retrieval_limit``: the first N validation /
     unseen pairs (``data.limit``: training pairs). ``locales``: CLDR labels in other languages (emoji only).
     """
 
@@ -44,6 +46,7 @@ class Config:
     scratch_embed_dim: int = 128
     image_tower: ImageTowerConfig | None = None  # full: a ViT trained from scratch instead of frozen image features
     image_tower_dim: int = 512
+    train_data: Literal["auto", "resident", "streamed"] = "auto"  # auto: streamed when the text features do not fit
     projector_hidden: int | None = None  # None: the official max(LLM width, 4096)
     loss: Literal["facet_infonce", "mp_sigmoid"] = "facet_infonce"
     temperature: float | None = None  # None: 0.07 (facet_infonce) / 0.1 (mp_sigmoid)

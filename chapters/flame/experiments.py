@@ -16,6 +16,7 @@ from corpora.datasets import Benchmark
 from lib.core import features
 from lib.core.config import LossConfig, TextModelConfig
 from lib.core.evaluate import retrieval, zero_shot
+from lib.core.rows import StoreRows
 from lib.core.train import fit, seed_everything
 from lib.data import pixel_cache
 from lib.methods import three_towers as tt
@@ -75,6 +76,33 @@ class ChapterFeatures:
 
     def facets(self, name: str) -> torch.Tensor:
         return self._tensor(f"facets:{self.cfg.text.name}:{self.set_name(name)}")
+
+    @property
+    def data_path(self) -> str:
+        """``resident`` (the training features on the device) or ``streamed`` (read from the store's shards as the
+        loop needs them): ``train_data``, where ``auto`` streams when the training facets (the largest text set)
+        would take more than half of the GPU's free memory."""
+        if self.cfg.train_data != "auto":
+            return self.cfg.train_data
+        if not str(self.cfg.device).startswith("cuda") or not torch.cuda.is_available():
+            return "resident"
+        found = self.found[f"facets:{self.cfg.text.name}:train"]
+        need = len(found) * found.dim * 4 * (self.rows["train"] / (len(found) // len(self.cfg.text.facets)))
+        return "streamed" if need > 0.5 * torch.cuda.mem_get_info()[0] else "resident"
+
+    def train_rows(self, name: str, k: int | None = None):
+        """The training rows of a stored set (``facets``: the first ``k`` of every caption's K), resident or
+        streamed (:attr:`data_path`)."""
+        if self.data_path == "streamed":
+            per_row = len(self.cfg.text.facets) if name.startswith("facets:") else 1
+            return StoreRows(self.found[name], per_row=per_row, first=k if per_row > 1 else None,
+                             limit=self.rows["train"])
+        found = self._tensor(name)[: self.rows["train"]]
+        return found[:, :k] if k is not None else found
+
+    def dim(self, name: str) -> int:
+        """The feature width of a stored set (streamed: read without loading the set)."""
+        return self.found[name].dim if self.data_path == "streamed" else self._tensor(name).shape[-1]
 
     def text(self, model: TextModelConfig, name: str) -> torch.Tensor:
         return self._tensor(f"text:{model.name}:{self.set_name(name)}")
@@ -142,11 +170,14 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     image = {role: feats.image(role) for role in ("train", "val")}
     tower = cfg.image_tower  # None: frozen image features; else every method trains this tower from scratch
     image_dim = cfg.image_tower_dim if tower is not None else image["train"].shape[1]
+    streamed = feats.data_path == "streamed"  # the training text features read from disk (full config)
     if kind == "flame":
-        method = Flame(image_dim, feats.facets("train").shape[2], loss=loss,
+        method = Flame(image_dim, feats.dim(f"facets:{cfg.text.name}:train"), loss=loss,
                        hidden_dim=cfg.projector_hidden, temperature=cfg.temperature,
                        positives=cfg.positives if loss == "mp_sigmoid" else None)
-        data = {r: {"image": image[r], "text": feats.facets(r)[:, :k]} for r in image}
+        data = {r: {"image": image[r], "text": feats.facets(r)[:, :k]} for r in image if r != "train" or not streamed}
+        if streamed:
+            data["train"] = {"image": image["train"], "text": feats.train_rows(f"facets:{cfg.text.name}:train", k)}
         one = cfg.text.facets.index(cfg.short_text_facet)
         long_text, short_text = (lambda name: feats.facets(name)[:, :k]), (lambda name: feats.facets(name)[:, [one]])
         label = "flame"
@@ -162,8 +193,10 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         label = "scratch"
     else:
         baseline = next(b for b in cfg.baselines if b.name == kind)
-        method = ShareLock(feats.text(baseline, "train").shape[1], image_dim, cfg.head, cfg.sharelock_loss)
-        data = {r: {"image": image[r], "text": feats.text(baseline, r)} for r in image}
+        method = ShareLock(feats.dim(f"text:{baseline.name}:train"), image_dim, cfg.head, cfg.sharelock_loss)
+        data = {r: {"image": image[r], "text": feats.text(baseline, r)} for r in image if r != "train" or not streamed}
+        if streamed:
+            data["train"] = {"image": image["train"], "text": feats.train_rows(f"text:{baseline.name}:train")}
         long_text = short_text = (lambda name: feats.text(baseline, name))
         label = f"sharelock/{short(kind)}"
     if tower is not None and kind != "scratch":  # the method's image side reads the tower's outputs
@@ -172,7 +205,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     result = fit(method, data["train"], data["val"], cfg.train, seed=seed, device=cfg.device, progress=False)
     model.cpu()
     row = {"method": label, "facets": k, "loss": loss, "seed": seed, "best_step": result.best_step,
-           "train_s": round(result.seconds, 1)}
+           "train_s": round(result.seconds, 1),
+           "data_path": "streamed" if streamed and kind != "scratch" else "resident"}
     if bench.zero_shot:
         labelled = bench.zero_shot[0]
         found = zero_shot(model, feats.image("zero-shot"), short_text("zero-shot"), labelled)

@@ -21,18 +21,22 @@ __all__ = ["StoreRows", "step_indices", "StepSampler", "take", "loader"]
 
 class StoreRows:
     """The rows of a complete store entry (:class:`lib.core.store_files.CachedFeatures`), read from its
-    memory-mapped shards by index: ``rows[index]`` is ``(len(index), dim)`` in ``dtype``, or ``(len(index), per_row,
-    dim)`` when ``per_row`` stored rows make one training row (FLAME's K facets of a caption)."""
+    memory-mapped shards by index: ``rows[index]`` is ``(len(index), dim)`` in ``dtype``, or ``(len(index), first,
+    dim)`` when ``per_row`` stored rows make one training row (FLAME's K facets of a caption; ``first``: keep the
+    first k of them). ``limit``: only the first N training rows (a config's ``data.limit``)."""
 
-    def __init__(self, cached, dtype: torch.dtype = torch.float32, per_row: int = 1) -> None:
+    def __init__(self, cached, dtype: torch.dtype = torch.float32, per_row: int = 1, first: int | None = None,
+                 limit: int | None = None) -> None:
         if len(cached) % per_row:
             raise ValueError(f"{cached!r} has {len(cached)} rows, not a multiple of {per_row} per training row")
         self.cached, self.dtype, self.per_row = cached, dtype, per_row
+        self.first = per_row if first is None else first
+        self.rows = len(cached) // per_row if limit is None else min(limit, len(cached) // per_row)
         self.starts = [sc["rows"][0] for sc in cached.shards]
         self._arrays: list[np.ndarray] | None = None  # opened lazily: in each DataLoader worker, not pickled
 
     def __len__(self) -> int:
-        return len(self.cached) // self.per_row
+        return self.rows
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_arrays": None}
@@ -40,21 +44,25 @@ class StoreRows:
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         if self._arrays is None:
             self._arrays = self.cached.shard_arrays()
-        stored = (index.view(-1, 1) * self.per_row + torch.arange(self.per_row)).flatten().numpy()
+        if len(index) and int(index.max()) >= self.rows:
+            raise IndexError(f"row {int(index.max())} of {self.rows}")
+        stored = (index.view(-1, 1) * self.per_row + torch.arange(self.first)).flatten().numpy()
         shard_of = np.searchsorted(self.starts, stored, side="right") - 1
         out = np.empty((len(stored), self.cached.dim), dtype=np.float32)
         for shard in np.unique(shard_of):  # one fancy-indexed read per shard touched
             picked = shard_of == shard
             out[picked] = self._arrays[shard][stored[picked] - self.starts[shard]]
         found = torch.from_numpy(out).to(self.dtype)
-        return found if self.per_row == 1 else found.view(len(index), self.per_row, -1)
+        return found if self.per_row == 1 else found.view(len(index), self.first, -1)
 
 
 def step_indices(n: int, batch_size: int, micro: int, steps: int, seed: int, rank: int = 0,
                  world: int = 1) -> Iterator[list[torch.Tensor]]:
     """Per optimiser step, this rank's row indices of each micro-batch: every epoch a permutation of ``n`` rows drawn
     from a generator seeded with ``seed``, cut into batches of ``batch_size`` (the last incomplete one dropped), each
-    cut into micro-batches of ``micro``, each split into ``world`` equal contiguous slices (rank r takes the r-th)."""
+    cut into micro-batches of ``micro``, each split into ``world`` equal contiguous slices (rank r takes the r-th: in
+    rank order the slices make up the micro-batch, the order ``lib.core.distributed.gather_with_grad`` concatenates
+    the ranks' embeddings in)."""
     generator = torch.Generator().manual_seed(seed)
     per_epoch, perm, done = n // batch_size, None, 0
     for _ in range(steps):
@@ -99,6 +107,9 @@ def loader(rows: Mapping[str, torch.Tensor | StoreRows], sampler: StepSampler, w
            pin_memory: bool = False) -> torch.utils.data.DataLoader:
     """Batches of ``rows`` in ``sampler``'s order, read by ``workers`` processes ahead of the loop (0: in the
     loop's own process)."""
+    # its own generator: a DataLoader draws its workers' base seed from it, never from the global one the training
+    # loop's dropout draws from (the streamed run must draw the resident run's masks)
     return torch.utils.data.DataLoader(_Batches(rows), sampler=sampler, batch_size=None, num_workers=workers,
                                        pin_memory=pin_memory, persistent_workers=False,
-                                       prefetch_factor=4 if workers else None)
+                                       prefetch_factor=4 if workers else None,
+                                       generator=torch.Generator().manual_seed(0))

@@ -65,6 +65,18 @@ def _tensor_digest(tensor: torch.Tensor) -> str:
     return f"{data.dtype}{tuple(data.shape)}:{digest}"
 
 
+def _rows_digest(rows: Any) -> str:
+    """A training source's name: a tensor's content digest, or the store key of rows streamed from the store (the
+    key names the features' content, so a streamed run is cached as surely as a resident one)."""
+    if isinstance(rows, torch.Tensor):
+        return _tensor_digest(rows)
+    cached = getattr(rows, "cached", None)
+    if cached is None or not getattr(cached, "key", None):
+        raise Unnameable(f"a {type(rows).__name__} training source names no content")
+    view = [getattr(rows, name, None) for name in ("per_row", "first", "rows", "dtype")]
+    return f"store:{cached.key}:{view}"
+
+
 def _value(value: Any, where: str) -> Any:
     if isinstance(value, torch.Tensor):
         return _tensor_digest(value)
@@ -143,7 +155,7 @@ def run_key(method: nn.Module, train: dict[str, torch.Tensor], val: dict[str, to
         "device": str(device),
         "seed": int(seed),
         "settings": _value(settings, "settings"),
-        "train": {k: _tensor_digest(v) for k, v in sorted(train.items())},
+        "train": {k: _rows_digest(v) for k, v in sorted(train.items())},
         "val": None if val is None else {k: _tensor_digest(v) for k, v in sorted(val.items())},
         "method": method_fingerprint(method),
         "code": _code_digest(method),

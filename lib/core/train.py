@@ -1,8 +1,10 @@
 """One training loop for every method in the book.
 
-Every method trains small heads on *cached* features, so the loop can be simple: features stay resident as
-tensors, each batch is a slice of a seeded random permutation, one optimiser step per batch. A *method* is any
-``nn.Module`` with ``loss(batch: dict[str, Tensor]) -> Tensor`` (a scalar). See
+Every method trains on *cached* features (or pixels), so the loop can be simple: each batch is a slice of a seeded
+random permutation (:func:`lib.core.rows.step_indices`), one optimiser step per batch. The training rows stay
+resident as tensors on the device while they fit (the fast path), or are read from the store's shards as the loop
+needs them (``lib.core.rows.StoreRows``: the streamed path), in the same order, so both give the same run. A
+*method* is any ``nn.Module`` with ``loss(batch: dict[str, Tensor]) -> Tensor`` (a scalar). See
 notebooks/sharelock.py, section "Training the head", for the narrative. Gradient accumulation and several
 processes (DDP, gathered negatives) are explained in book/scale_out.md.
 """
@@ -22,6 +24,7 @@ import torch
 from torch import nn
 
 from lib.core import distributed, paths, run_cache
+from lib.core.rows import StepSampler, loader, step_indices, take
 from lib.core.config import TrainSettings
 from lib.core.precision import resolve_precision
 
@@ -83,9 +86,12 @@ def _num_rows(features: dict[str, torch.Tensor], name: str) -> int:
         raise ValueError(f"{name} must be a non-empty dict of tensors, got {type(features).__name__}")
     sizes = {}
     for key, value in features.items():
-        if not isinstance(value, torch.Tensor) or value.ndim < 1:
-            raise ValueError(f"{name}[{key!r}] must be a tensor with a batch dimension")
-        sizes[key] = value.shape[0]
+        streamed = not isinstance(value, torch.Tensor) and callable(getattr(value, "__getitem__", None)) \
+            and callable(getattr(value, "__len__", None))
+        if not streamed and (not isinstance(value, torch.Tensor) or value.ndim < 1):
+            raise ValueError(f"{name}[{key!r}] must be a tensor with a batch dimension, or rows read by index "
+                             "(lib.core.rows.StoreRows)")
+        sizes[key] = len(value)
     if len(set(sizes.values())) != 1:
         raise ValueError(f"all {name} tensors must have the same number of rows, got {sizes}")
     n = next(iter(sizes.values()))
@@ -170,13 +176,6 @@ def _check_divisible(batch_size: int, micro: int, world: int, requested: int, n_
                          f"micro_batch_size that is a multiple of {world} and divides {batch_size}")
 
 
-def _rank_slice(chunk: torch.Tensor, rank: int, world: int) -> torch.Tensor:
-    """Rank r's contiguous 1/W of a chunk of row indices; in rank order the slices make up the chunk, which
-    is the order :func:`lib.core.distributed.gather_with_grad` concatenates embeddings in."""
-    size = chunk.numel() // world
-    return chunk[rank * size:(rank + 1) * size]
-
-
 def _wrap_ddp(method: nn.Module, device: torch.device) -> nn.Module:
     """``DistributedDataParallel`` around ``method.loss``, with SyncBatchNorm where torch supports it.
 
@@ -224,11 +223,15 @@ def fit(
     seed: int = 0,
     device: str = "cpu",
     progress: bool | None = None,
+    workers: int = 2,
 ) -> TrainResult:
-    """Train ``method`` on resident feature tensors; return the history and restore the best weights.
+    """Train ``method``; return the history and restore the best weights.
 
     ``train`` and ``val`` map names to tensors sharing their first dimension; a batch is the same dict with a subset
     of rows, passed to ``method.loss``; each epoch draws a seeded permutation and drops its last incomplete batch.
+    A ``train`` value that is not a tensor (``lib.core.rows.StoreRows``) is streamed: its rows are read from disk
+    by ``workers`` DataLoader processes ahead of a GPU's loop (on a CPU by the loop itself), in the order the resident
+    path would index them.
     ``micro_batch_size`` accumulates micro-batch losses into one step (a contrastive loss then sees fewer
     negatives). Under ``torch.distributed`` the batch sizes are *global* and must be multiples of W.
     See notebooks/sharelock.py, section "Training the head", and book/scale_out.md.
@@ -255,18 +258,23 @@ def fit(
         device = torch.device("cuda", torch.cuda.current_device())  # cuda:LOCAL_RANK (lib.core.distributed.init)
     n_train = _num_rows(train, "train")
     n_val = _num_rows(val, "val") if val is not None else 0
-    train = {k: v.to(device) for k, v in train.items()}
+    streamed = any(not isinstance(v, torch.Tensor) for v in train.values())
+    if not streamed:
+        train = {k: v.to(device) for k, v in train.items()}
     if val is not None:
         val = {k: v.to(device) for k, v in val.items()}
 
     batch_size = min(config.batch_size, n_train)
     micro = min(config.micro_batch_size or batch_size, batch_size)
-    batches_per_epoch = n_train // batch_size
     if world > 1:
         _check_divisible(batch_size, micro, world, config.batch_size, n_train)
 
     torch.manual_seed(seed + rank)  # dropout and any other draw from the global generator; own masks per rank
-    order_gen = torch.Generator().manual_seed(seed)
+    order = step_indices(n_train, batch_size, micro, config.steps, seed, rank, world)
+    if streamed:  # the same order, read ahead by the loader's workers
+        on_gpu = device.type == "cuda"  # on a CPU the loop reads the mapped shards itself: no worker to start
+        batches = iter(loader(train, StepSampler(n_train, batch_size, micro, config.steps, seed, rank, world),
+                              workers=workers if on_gpu else 0, pin_memory=on_gpu))
 
     method.to(device)
     method.train()
@@ -291,8 +299,6 @@ def fit(
     stop_ref = math.inf
     bad_evals = 0
     stopped_early = False
-    perm: torch.Tensor | None = None
-    batch_in_epoch = batches_per_epoch  # forces a permutation at the first step
 
     bar = None
     negatives = micro - 1
@@ -305,23 +311,19 @@ def fit(
     step = 0
     try:
         while step < config.steps:
-            if batch_in_epoch >= batches_per_epoch:
-                perm = torch.randperm(n_train, generator=order_gen).to(device)
-                batch_in_epoch = 0
-            idx = perm[batch_in_epoch * batch_size : (batch_in_epoch + 1) * batch_size]
-            batch_in_epoch += 1
-
             optimizer.zero_grad(set_to_none=True)
             train_loss = 0.0
-            chunks = idx.split(micro)
-            for i, chunk in enumerate(chunks):
-                rows = _rank_slice(chunk, rank, world) if world > 1 else chunk
-                batch = {k: v[rows] for k, v in train.items()}
+            chunks = next(order)  # this rank's rows of each micro-batch of the step
+            for i, rows in enumerate(chunks):
+                if streamed:
+                    batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+                else:
+                    batch = take(train, rows.to(device))
                 # DDP: all-reduce the gradients once per optimiser step, after the last micro-batch
                 no_sync = ddp.no_sync() if ddp is not None and i < len(chunks) - 1 else contextlib.nullcontext()
                 with no_sync, _autocast(config.precision, device):
                     loss = _as_scalar_loss(forward(batch))
-                    share = chunk.numel() / idx.numel()
+                    share = rows.numel() * world / batch_size  # this micro-batch's share of the global batch
                     (loss * share).backward()
                 train_loss += float(loss.detach()) * share
             if step == 0:
