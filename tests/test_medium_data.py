@@ -248,3 +248,22 @@ def test_the_unseen_concepts_carry_synonym_groups_that_merge_only_true_synonyms(
     index = {name: i for i, name in enumerate(unseen.classnames)}
     if {"right arrow curving left", "left arrow curving right"} <= set(index):
         assert unseen.groups[index["right arrow curving left"]] != unseen.groups[index["left arrow curving right"]]
+
+
+def test_the_medium_benchmark_adds_gcompris_photos_and_refuses_an_unknown_set():
+    _need_medium()
+    pytest.importorskip("corpora.gcompris")
+    from pathlib import Path
+
+    from corpora import medium
+    from corpora.datasets import DataConfig
+
+    if not Path("/usr/share/gcompris-qt/rcc").is_dir():
+        pytest.skip("gcompris-qt-data is not installed: run `make setup-medium`")
+    bench = medium.benchmark(DataConfig(corpus="medium", captions="label", prompts="name",
+                                        zero_shot=("gcompris", "gcompris-categories")))
+    photos, categories = bench.zero_shot[-2:]
+    assert photos.name == "gcompris-en" and len(photos.classnames) == len(photos) == 73
+    assert categories.name == "gcompris-categories-en" and len(categories.classnames) == 4
+    with pytest.raises(ValueError, match="cannot be added to the medium corpus"):
+        medium.benchmark(DataConfig(corpus="medium", zero_shot=("imagenet-1k",)))
