@@ -5,6 +5,7 @@ See notebooks/flame.py, section "Three ways to align the same data".
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -77,11 +78,12 @@ class ChapterFeatures:
     def facets(self, name: str) -> torch.Tensor:
         return self._tensor(f"facets:{self.cfg.text.name}:{self.set_name(name)}")
 
-    @property
+    @functools.cached_property
     def data_path(self) -> str:
         """``resident`` (the training features on the device) or ``streamed`` (read from the store's shards as the
         loop needs them): ``train_data``, where ``auto`` streams when the training facets (the largest text set)
-        would take more than half of the GPU's free memory."""
+        would take more than half of the GPU's free memory. Decided once, so every method of a run reads one path
+        (the free memory changes as runs come and go)."""
         if self.cfg.train_data != "auto":
             return self.cfg.train_data
         if not str(self.cfg.device).startswith("cuda") or not torch.cuda.is_available():
