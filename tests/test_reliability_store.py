@@ -66,7 +66,12 @@ class Recorder:
 
 
 def real_files(entry: Path) -> dict[str, bytes]:
-    """The entry's files under their real names (no temp files, no lock files)."""
+    """The entry's files under their real names (no temp files, no lock files).
+
+    A kill that lands before the first write leaves no entry folder at all: that is nothing partial.
+    """
+    if not entry.exists():
+        return {}
     return {p.name: p.read_bytes() for p in sorted(entry.iterdir())
             if p.is_file() and not p.name.startswith(".")}
 
