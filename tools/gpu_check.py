@@ -12,7 +12,11 @@ is one prepared command that needs only what such a machine has (PyTorch, timm, 
 3. ``vit_b16_from_scratch``: one optimiser step of a ViT-B/16 trained from scratch at 224 px against a frozen
    4,096-d target (FLAME's and Three Towers' image tower), at the largest micro-batch that fits, with its peak memory,
    and the GPU-hours FLAME's Table 3 budget (22,703 steps at batch 4,096) would take at that rate;
-4. ``bench``: ``python -m bench --device <device> --skip-slow`` for the storage, vision and scaling benchmarks.
+4. ``bench``: ``python -m bench --device <device> --skip-slow`` for the storage, vision and scaling benchmarks;
+5. ``rehearsals``: every chapter's full-config rehearsal (``tools/standins.py``: prepare, pre-flight, precompute
+   under torchrun, the notebook through papermill) on the GPU, with the full configs' float16 models, when
+   ``--world`` names a folder to build the stand-ins in. The stand-ins borrow three offline tokenizers, which a GPU
+   machine cannot build: ``--save-tokenizers DIR`` saves them here, and ``$STANDIN_TOKENIZERS`` points there.
 
 ``--quick`` runs the same steps at tiny sizes (what ``tests/test_gpu_check.py`` runs on a CPU in seconds). Each step
 is timed and its failure recorded, so one broken step never hides the others' figures. Results go to
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -34,6 +40,7 @@ from lib.core.atomic import write_bytes
 # ShareLock §6.1 ("Training speed and storage"): "the final multimodal optimization of the MLP also takes around
 # 1 GPU hour" (563k pairs, one A100 40GB)
 PAPER_SHARELOCK_MINUTES = 60.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def environment(device: str) -> dict:
@@ -123,10 +130,68 @@ def bench_suite(device: str, quick: bool, out: Path) -> dict:
     return {"seconds": bench_main(flags + (["--quick"] if quick else []))}
 
 
+REHEARSAL_ORDER = ("flame", "three_towers", "fdt", "sharelock", "viterb")  # the trainable towers first
+
+
+def rehearsals(device: str, world: Path, deadline_s: float) -> dict:
+    """Each chapter's rehearsal on ``device`` (:func:`tools.standins.rehearse`), until ``deadline_s`` seconds have
+    passed: per chapter its steps' seconds and the verdicts its metrics hold, or the failing step's message."""
+    import sys
+
+    from tools import standins
+
+    start = time.perf_counter()
+    hf = standins.build_models(world / "hf")
+    downloads = world / "downloads"
+    standins.build_downloads(downloads)
+    env = standins.rehearsal_env(world, hf_cache=hf, data=world / "data")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    names = dict.fromkeys(d for chapter in REHEARSAL_ORDER for d in standins.CHAPTER_DATA[chapter])
+    standins.prepare_all(names, downloads, world / "data", env, ROOT, sys.executable)
+    out = {"world_seconds": round(time.perf_counter() - start, 1), "chapters": {}}
+    papermill = str(Path(sys.executable).with_name("papermill"))
+    papermill = papermill if Path(papermill).exists() else shutil.which("papermill") or "papermill"
+    for chapter in REHEARSAL_ORDER:
+        if time.perf_counter() - start > deadline_s:
+            out["chapters"][chapter] = {"skipped": f"past the {deadline_s:.0f} s deadline"}
+            continue
+        standins.TIMES.clear()
+        began = time.perf_counter()
+        try:
+            metrics = standins.rehearse(chapter, world / chapter, hf_cache=hf, downloads=downloads,
+                                        data=world / "data", repo=ROOT, python=sys.executable, papermill=papermill,
+                                        device=device)
+            out["chapters"][chapter] = {
+                "ok": True, "seconds": round(time.perf_counter() - began, 1), "steps": dict(standins.TIMES),
+                "notebook_seconds": metrics.get("seconds"), "runs": len(metrics.get("runs", [])),
+                "claims": [c.get("id") for c in metrics.get("claims", [])]}
+        except Exception as e:  # noqa: BLE001  (one chapter's failure is reported; the next still runs)
+            out["chapters"][chapter] = {"ok": False, "seconds": round(time.perf_counter() - began, 1),
+                                        "steps": dict(standins.TIMES), "error": str(e)[-3000:]}
+        print(f"   rehearsal {chapter}: {json.dumps(out['chapters'][chapter], default=str)[:300]}", flush=True)
+    return out
+
+
+def save_tokenizers(folder: Path) -> list[str]:
+    """The offline tokenizers the stand-ins borrow, saved under ``folder/<name>`` for a machine without the models."""
+    from transformers import AutoTokenizer
+
+    from provision.offline_models import ensure_offline_model
+    from tools import standins
+
+    saved = []
+    for name in standins.standin_tokenizers():
+        source, _ = ensure_offline_model(name)
+        AutoTokenizer.from_pretrained(source).save_pretrained(folder / name.removeprefix("offline/"))
+        saved.append(name)
+    return saved
+
+
 STEPS = {"environment": lambda d, q, o: environment(d),
          "sharelock_paper_shapes": lambda d, q, o: sharelock_paper_shapes(d, q),
          "vit_b16_from_scratch": lambda d, q, o: vit_from_scratch(d, q),
-         "bench": bench_suite}
+         "bench": bench_suite,
+         "rehearsals": None}  # needs --world (see main)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -135,13 +200,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="gpu_check", help="folder for gpu_check.json (and bench/ results)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every step runs (CPU, seconds)")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(STEPS), help="steps to leave out")
+    parser.add_argument("--only", nargs="*", default=None, choices=list(STEPS), help="run only these steps")
+    parser.add_argument("--world", help="folder to build the rehearsals' stand-ins in (the rehearsals step)")
+    parser.add_argument("--rehearsal-deadline", type=float, default=420.0,
+                        help="seconds after which no further chapter's rehearsal starts")
+    parser.add_argument("--save-tokenizers", metavar="DIR", help="save the stand-ins' tokenizers to DIR and stop")
     args = parser.parse_args(argv)
+    if args.save_tokenizers:
+        print(save_tokenizers(Path(args.save_tokenizers)))
+        return {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"quick": args.quick, "steps": {}}
     for name, run in STEPS.items():
-        if name in args.skip:
+        if name in args.skip or (args.only is not None and name not in args.only):
             continue
+        if name == "rehearsals":
+            if not args.world:
+                continue
+            world = Path(args.world).resolve()
+            run = lambda d, q, o, world=world: rehearsals(d, world, args.rehearsal_deadline)  # noqa: E731
         start = time.perf_counter()
         try:
             result, error = run(args.device, args.quick, out), None

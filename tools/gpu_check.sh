@@ -6,5 +6,22 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export HF_HUB_OFFLINE=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+# Packages the GPU machine lacks (papermill, ipykernel, open_clip, ...), carried as wheels under .whl/ (see
+# book/performance.md, "The GPU check"): installed into /tmp/site, never into the machine's own Python.
+if [ -d .whl ]; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site" PATH="/tmp/site/bin:$PATH"
+fi
+# The rehearsals on the GPU need the stand-ins' three tokenizers (python -m tools.gpu_check --save-tokenizers .gpu/tok,
+# then xz the large files) and a Jupyter kernel of this Python named as the notebooks' (frozen-lip).
+if [ -d .gpu/tok ]; then
+  rm -rf /tmp/standin-tokenizers && cp -r .gpu/tok /tmp/standin-tokenizers
+  "$PYTHON" -c "import lzma, pathlib, sys
+for p in pathlib.Path(sys.argv[1]).rglob('*.xz'): p.with_suffix('').write_bytes(lzma.decompress(p.read_bytes())); p.unlink()" \
+    /tmp/standin-tokenizers
+  export STANDIN_TOKENIZERS=/tmp/standin-tokenizers
+  "$PYTHON" -m ipykernel install --user --name frozen-lip >/dev/null
+  set -- --world /tmp/frozen-lip-world "$@"
+fi
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true; fi
 exec "$PYTHON" -m tools.gpu_check --device "${GPU_CHECK_DEVICE:-cuda}" --out "${OUT:-gpu_check}" "$@"

