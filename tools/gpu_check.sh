@@ -20,6 +20,10 @@ if [ -d .gpu/tok ]; then
 for p in pathlib.Path(sys.argv[1]).rglob('*.xz'): p.with_suffix('').write_bytes(lzma.decompress(p.read_bytes())); p.unlink()" \
     /tmp/standin-tokenizers
   export STANDIN_TOKENIZERS=/tmp/standin-tokenizers
+  # ImageNet's class tree for the stand-in IN-21k (WordNet 3.0's noun files, xz, where no Debian package is installed)
+  if [ -d /tmp/standin-tokenizers/wordnet ] && [ ! -f /usr/share/wordnet/data.noun ]; then
+    export WORDNET_DIR=/tmp/standin-tokenizers/wordnet
+  fi
   "$PYTHON" -m ipykernel install --user --name frozen-lip >/dev/null
   set -- --world /tmp/frozen-lip-world "$@"
 fi
