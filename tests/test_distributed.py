@@ -248,3 +248,12 @@ def test_single_process_needs_no_process_group():
     assert not distributed.is_distributed() and distributed.gather_with_grad(x) is x
     assert (distributed.rank(), distributed.world_size()) == (0, 1)
     assert distributed.broadcast_float(1.5) == 1.5 == distributed.mean_float(1.5)
+
+
+@pytest.mark.parametrize(("asked", "local", "expected"), [
+    ("cuda", 3, "cuda:3"),      # a command line's bare cuda: each rank its own GPU (a GPU refused the bare name)
+    ("cuda:1", 3, "cuda:1"),    # an explicit index is kept
+    ("cpu", 3, "cpu"),
+])
+def test_a_bare_cuda_means_the_ranks_own_gpu(asked, local, expected):
+    assert distributed.rank_device(asked, local) == torch.device(expected)

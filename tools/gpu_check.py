@@ -133,7 +133,7 @@ def bench_suite(device: str, quick: bool, out: Path) -> dict:
 REHEARSAL_ORDER = ("flame", "three_towers", "fdt", "sharelock", "viterb")  # the trainable towers first
 
 
-def rehearsals(device: str, world: Path, deadline_s: float) -> dict:
+def rehearsals(device: str, world: Path, deadline_s: float, chapters=REHEARSAL_ORDER) -> dict:
     """Each chapter's rehearsal on ``device`` (:func:`tools.standins.rehearse`), until ``deadline_s`` seconds have
     passed: per chapter its steps' seconds and the verdicts its metrics hold, or the failing step's message."""
     import sys
@@ -146,12 +146,12 @@ def rehearsals(device: str, world: Path, deadline_s: float) -> dict:
     standins.build_downloads(downloads)
     env = standins.rehearsal_env(world, hf_cache=hf, data=world / "data")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    names = dict.fromkeys(d for chapter in REHEARSAL_ORDER for d in standins.CHAPTER_DATA[chapter])
+    names = dict.fromkeys(d for chapter in chapters for d in standins.CHAPTER_DATA[chapter])
     standins.prepare_all(names, downloads, world / "data", env, ROOT, sys.executable)
     out = {"world_seconds": round(time.perf_counter() - start, 1), "chapters": {}}
     papermill = str(Path(sys.executable).with_name("papermill"))
     papermill = papermill if Path(papermill).exists() else shutil.which("papermill") or "papermill"
-    for chapter in REHEARSAL_ORDER:
+    for chapter in chapters:
         if time.perf_counter() - start > deadline_s:
             out["chapters"][chapter] = {"skipped": f"past the {deadline_s:.0f} s deadline"}
             continue
@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--world", help="folder to build the rehearsals' stand-ins in (the rehearsals step)")
     parser.add_argument("--rehearsal-deadline", type=float, default=420.0,
                         help="seconds after which no further chapter's rehearsal starts")
+    parser.add_argument("--chapters", nargs="*", default=list(REHEARSAL_ORDER), choices=list(REHEARSAL_ORDER),
+                        help="the chapters to rehearse, in this order")
     parser.add_argument("--save-tokenizers", metavar="DIR", help="save the stand-ins' tokenizers to DIR and stop")
     args = parser.parse_args(argv)
     if args.save_tokenizers:
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
             if not args.world:
                 continue
             world = Path(args.world).resolve()
-            run = lambda d, q, o, world=world: rehearsals(d, world, args.rehearsal_deadline)  # noqa: E731
+            run = lambda d, q, o, world=world: rehearsals(d, world, args.rehearsal_deadline, args.chapters)  # noqa: E731
         start = time.perf_counter()
         try:
             result, error = run(args.device, args.quick, out), None

@@ -60,6 +60,18 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def rank_device(device: str | None, local_rank: int) -> torch.device:
+    """This rank's device: a bare ``cuda`` (what a command line names) means ``cuda:LOCAL_RANK``, so that each of a
+    node's ranks takes its own GPU; an indexed device is kept; ``None`` is CUDA when there is one, else the CPU.
+    (Found on a GPU: ``torch.cuda.set_device`` refuses a bare ``cuda``, and every rank would share GPU 0.)"""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    return device
+
+
 def init(device: str | None = None, timeout_minutes: float = 30.0) -> torch.device:
     """Join the process group that the launcher described in the environment; return this rank's device.
 
@@ -67,10 +79,7 @@ def init(device: str | None = None, timeout_minutes: float = 30.0) -> torch.devi
     for CPU. Not launched (``WORLD_SIZE`` unset or 1): no group, a single process. Idempotent.
     ``timeout_minutes`` bounds how long a collective waits for the slowest rank.
     """
-    local = env_local_rank()
-    if device is None:
-        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    device = rank_device(device, env_local_rank())
     if device.type == "cuda":
         torch.cuda.set_device(device)
     size = env_world_size()
