@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "book" / "performance.md"
 FIGURES = ROOT / "book" / "figures"
-ORDER = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets")
+ORDER = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets", "gpu_check")
 TITLES = {
     "vision_features": "Vision feature extraction",
     "store": "Feature store throughput",
@@ -30,6 +31,7 @@ TITLES = {
     "text_features": "Text feature extraction",
     "text_precision": "Text features in bfloat16 on the CPU",
     "facets": "FLAME facets: decoupled attention",
+    "gpu_check": "The GPU check",
 }
 GPU_COMMANDS = """\
 # vision: fp32 eager vs bf16 autocast + channels-last, 1,024 images, batch 256
@@ -51,13 +53,26 @@ def load(results: Path = RESULTS) -> list[tuple[str, dict]]:
     found = []
     for folder, prefix in ((results, ""), (results / "gpu", "gpu/")):
         for path in sorted(folder.glob("*.json")):
-            found.append((prefix + path.stem, json.loads(path.read_text())))
+            report = json.loads(path.read_text())
+            if path.with_suffix(".log").is_file():  # the GPU check's printed log: its nvidia-smi line names the card
+                report["nvidia_smi"] = _nvidia_smi(path.with_suffix(".log").read_text())
+            found.append((prefix + path.stem, report))
     rank = {name: i for i, name in enumerate(ORDER)}
     return sorted(found, key=lambda item: (item[0].startswith("gpu/"), rank.get(_name(item), 99), item[0]))
 
 
+def _nvidia_smi(log: str) -> str | None:
+    """The card line ``tools/gpu_check.sh`` prints first (``nvidia-smi --query-gpu=name,memory.total,...``)."""
+    lines = log.splitlines()
+    for header, row in zip(lines, lines[1:]):
+        if header.startswith("name, memory.total"):
+            return row.split(",")[0].strip()
+    return None
+
+
 def _name(item: tuple[str, dict]) -> str:
-    return item[1].get("benchmark") or item[0].split("/")[-1]
+    stem = item[0].split("/")[-1]
+    return item[1].get("benchmark") or ("gpu_check" if stem.startswith("gpu_check") else stem)
 
 
 def ratios_of(name: str, report: dict) -> list[dict]:
@@ -78,6 +93,10 @@ def machine_of(report: dict) -> dict:
         return report["machine"]
     if isinstance(report.get("machine_info"), dict):
         return report["machine_info"]
+    if isinstance(report.get("steps"), dict):  # tools/gpu_check.py: its environment step, when it ran
+        found = (report["steps"].get("environment") or {}).get("result")
+        return found or {"device": "cuda", "gpu": (f"{report['nvidia_smi']} (its log's nvidia-smi line)"
+                                                   if report.get("nvidia_smi") else None)}
     return {"arch": report.get("machine"), "cpu_count": report.get("cpu_count"),
             "torch_threads": report.get("threads"), "torch": report.get("torch"),
             "python": report.get("python"), "device": report.get("device", "cpu")}
@@ -304,8 +323,47 @@ def precision_section(report: dict) -> list[str]:
     return lines
 
 
+def _first_line(error: str) -> str:
+    """The informative line of a failure: the last exception line of a traceback, else its first line."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    found = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", line)]
+    return (found[-1] if found else lines[0])[:240] if lines else ""
+
+
+def gpu_check_section(report) -> list[str]:
+    """``tools/gpu_check.py``'s record: each step's seconds and outcome; the rehearsals chapter by chapter."""
+    rehearsals = (report["steps"].get("rehearsals") or {}).get("result")
+
+    def outcome(name, step):
+        if step["error"]:
+            return "failed: " + _first_line(step["error"])
+        if name == "rehearsals":
+            chapters = rehearsals["chapters"].values()
+            return f"{sum(bool(c.get('ok')) for c in chapters)} of {len(chapters)} chapters ran end to end"
+        return "ok"
+
+    rows = [[name, fmt(step["seconds"]), outcome(name, step)] for name, step in report["steps"].items()]
+    lines = table(["step", "seconds", "outcome"], rows)
+    if rehearsals:
+        lines += ["", "Each chapter's full config rehearsed on the GPU (stand-in models with the full configs' "
+                  "float16, bf16 autocast, one torchrun rank per GPU; `tools/standins.py`), after "
+                  f"{fmt(rehearsals['world_seconds'])} s of building the stand-ins:", ""]
+        rows = []
+        for chapter, got in rehearsals["chapters"].items():
+            steps = got.get("steps", {})
+            precompute = next((v for k, v in steps.items() if k.startswith("precompute")), None)
+            outcome = ("ok" if got.get("ok") else got.get("skipped") or "failed: " + _first_line(got.get("error", "")))
+            rows.append([chapter, outcome, fmt(steps.get("pre-flight")) if "pre-flight" in steps else "",
+                         fmt(precompute) if precompute is not None else "",
+                         fmt(steps["the notebook (papermill)"]) if "the notebook (papermill)" in steps else "",
+                         got.get("runs", "")])
+        lines += table(["chapter", "outcome", "pre-flight s", "precompute s", "notebook s", "runs trained"], rows)
+    return lines + [""]
+
+
 SECTIONS = {"vision_features": vision_section, "store": store_section, "training": training_section,
-            "text_features": text_section, "text_precision": precision_section, "facets": facets_section}
+            "text_features": text_section, "text_precision": precision_section, "facets": facets_section,
+            "gpu_check": gpu_check_section}
 
 
 def gpu_section(loaded) -> list[str]:
@@ -318,6 +376,10 @@ def gpu_section(loaded) -> list[str]:
         lines += ["**Not run here: needs a CUDA GPU.** No GPU was available to the session that produced "
                   "these results. On a machine with one, these commands measure the GPU paths (bf16 autocast, "
                   "features resident on the GPU, the paper's sizes) and this page picks the results up:", ""]
+    lines += ["The GPU check runs them in one call of a few minutes on a lent GPU without internet, with the "
+              "chapters' full-config rehearsals (its section above; `tools/gpu_check.py` says what travels):", "",
+              "```bash", "bash tools/gpu_check.sh        # results: $OUT/gpu_check.json -> bench/results/gpu/", "```",
+              "", "or one benchmark at a time:", ""]
     return lines + ["```bash", GPU_COMMANDS, "```", ""]
 
 

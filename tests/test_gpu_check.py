@@ -37,3 +37,33 @@ def test_a_failing_step_is_reported_and_the_others_still_run(tmp_path, monkeypat
     assert report["steps"]["environment"]["error"].startswith("RuntimeError: no such card")
     assert report["steps"]["sharelock_paper_shapes"]["error"] is None
 
+
+
+def test_a_gpu_rehearsal_keeps_the_full_configs_float16_and_names_the_gpu():
+    import yaml
+
+    from tools import standins
+
+    on_cpu = yaml.safe_load(standins.rehearsal_overrides("sharelock", ROOT))
+    on_gpu = yaml.safe_load(standins.rehearsal_overrides("sharelock", ROOT, device="cuda"))
+    assert on_cpu["device"] == "cpu" and on_gpu["device"] == "cuda"
+    assert {m["dtype"] for m in on_cpu["vision"] + on_cpu["text"]} == {"bfloat16"}  # a CPU has no fast float16
+    assert "vision" not in on_gpu and "text" not in on_gpu  # the full config's float16 models, unchanged
+
+
+def test_carried_tokenizers_are_read_and_a_missing_one_says_how_to_save_it(tmp_path, monkeypatch):
+    import pytest
+
+    from tools import gpu_check, standins
+
+    monkeypatch.setenv(standins.TOKENIZERS_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="--save-tokenizers"):
+        standins._tokenizer("offline/all-MiniLM-L6-v2")
+    monkeypatch.delenv(standins.TOKENIZERS_ENV)
+    assert gpu_check.save_tokenizers(tmp_path) == standins.standin_tokenizers()
+    monkeypatch.setenv(standins.TOKENIZERS_ENV, str(tmp_path))
+    carried = standins._tokenizer("offline/all-MiniLM-L6-v2")
+    monkeypatch.delenv(standins.TOKENIZERS_ENV)
+    original = standins._tokenizer("offline/all-MiniLM-L6-v2")
+    text = "a photo of a cat"
+    assert carried(text)["input_ids"] == original(text)["input_ids"] and len(carried) == len(original)

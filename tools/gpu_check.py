@@ -213,10 +213,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"quick": args.quick, "steps": {}}
+    report: dict = {"benchmark": "gpu_check", "quick": args.quick, "steps": {}}
     for name, run in STEPS.items():
-        if name in args.skip or (args.only is not None and name not in args.only):
-            continue
+        if name in args.skip or (args.only is not None and name not in args.only and name != "environment"):
+            continue  # the environment always runs (seconds): a result must name its card
         if name == "rehearsals":
             if not args.world:
                 continue
