@@ -269,11 +269,25 @@ plt.show()
 # the method's initial weights and attributes, and the `lib` code it runs, so re-executing a chapter whose
 # inputs did not change reads its runs back (weights included) instead of retraining them. The chapter's
 # closing line says how many were read back; `make clean-cache` drops them.
+#
+# **A recipe per method.** One shared recipe would favour whichever method it happens to suit, so each method
+# gets its own, chosen on the *validation* concepts (never the unseen ones; `lib.core.recipes.choose`): a small
+# grid of learning rates and weight decays (`sweep:` in the config; LiT has its own, `lit.sweep`), each candidate
+# trained once on the first seed with the main pair, and the one with the lowest validation loss kept for every
+# seed. The step budget is then chosen as always, by early stopping on the same validation concepts.
+
+# %%
+chosen, sweep_rows = (sharelock.choose_recipes(cfg, bench, feats) if not quick else
+                      ({"mlp": cfg.train, "linear": cfg.train, "lit": cfg.lit.train}, []))
+if sweep_rows:
+    display(pd.DataFrame(sweep_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
+            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
+            .set_caption("Each candidate's best validation loss (first seed, main pair); chosen = used for every seed"))
 
 # %%
 runs = Runs()
 row, main_result, method_main = sharelock.train_and_evaluate(cfg, bench, feats, text_main, vision_main,
-                                                             seed=cfg.seeds[0])
+                                                             seed=cfg.seeds[0], train=chosen["mlp"])
 runs.add(row)
 curve = main_result.history_frame()
 fig, axis = plt.subplots(figsize=(7, 3.4))
@@ -345,13 +359,13 @@ else:
 grid = [(t, v, kind, seed) for seed in cfg.seeds for t, v, kind in sharelock.grid(cfg)]
 trained = {(text_main.name, vision_main.name, "mlp"): method_main}  # first seed's heads, for the ablations
 for t, v, kind, seed in grid[1:] if not quick else []:
-    row, _, method = sharelock.train_and_evaluate(cfg, bench, feats, t, v, kind, seed)
+    row, _, method = sharelock.train_and_evaluate(cfg, bench, feats, t, v, kind, seed, train=chosen[kind])
     runs.add(row)
     if seed == cfg.seeds[0]:
         trained[(t.name, v.name, kind)] = method
 for seed in cfg.seeds[:1] if quick else cfg.seeds:
     runs.add(sharelock.train_and_evaluate(cfg, bench, feats, text_main, vision_main, "mlp", seed,
-                                          shuffle_captions=True)[0])
+                                          shuffle_captions=True, train=chosen["mlp"])[0])
 
 # %% [markdown]
 # ## The LiT baseline
@@ -364,9 +378,10 @@ for seed in cfg.seeds[:1] if quick else cfg.seeds:
 # with an MLP on top, against an encoder whose every weight trains. Here the encoder is all-MiniLM-L6-v2 (the
 # smallest pretrained encoder that installs offline; full config: BERT-base, as the paper), trained on the same
 # pairs, the same image features, the same loss at τ = 0.07 and batch, the same seeds, and the heads' budget
-# rule (early stopping on the validation concepts). Two settings differ, and the config says why: a learning
-# rate of 1e-4 (a pretrained transformer is fine-tuned, a fresh head is trained at 1e-3), and a cap of 100
-# steps in the medium config, validated every 20 (a tuned step costs about a hundred head steps on this CPU).
+# rule (early stopping on the validation concepts). Two settings differ, and the config says why: its own grid
+# of learning rates around 1e-4 (a pretrained transformer is fine-tuned, a fresh head is trained near 1e-3),
+# chosen on the validation concepts like the heads' recipes, and a cap of 100 steps in the medium config,
+# validated every 20 (a tuned step costs about a hundred head steps on this CPU).
 # The table below sets LiT's best steps beside the heads'; where the heads peak later than 100, the cap is a
 # handicap for LiT, and the verdict must be read with it. In the small config (CI) LiT gets 20 steps.
 
@@ -376,7 +391,7 @@ notebook.show_source(LiT)
 # %%
 lit_results = {}
 for seed in (cfg.seeds if cfg.lit.enabled and not quick else []):
-    row, lit_results[seed], _ = sharelock.train_lit(cfg, bench, feats, vision_main, seed)
+    row, lit_results[seed], _ = sharelock.train_lit(cfg, bench, feats, vision_main, seed, train=chosen["lit"])
     runs.add(row)
 if lit_results:
     head_best = {r["seed"]: r["best_step"] for r in runs.where(head="mlp", control="", text=sharelock.short(text_main.name),
@@ -465,7 +480,7 @@ for claim in claims:
 
 # %%
 curve_texts = [text_main] + [t for t in cfg.text if t.pooling != "last_token"][:1]
-curve = sharelock.data_size_curve(cfg, bench, feats, runs, curve_texts) if not quick else None
+curve = sharelock.data_size_curve(cfg, bench, feats, runs, curve_texts, chosen) if not quick else None
 if curve is not None:
     curve_table = sharelock.curve_frame(curve, f"{headline}/acc1")
     points = curve.frame().assign(model=lambda f: f["text"] + ", " + f["head"])
@@ -579,7 +594,8 @@ features.release_encoders()
 # | image tower | DINOv2 ViT-B/14 (§6.1) | name left as a placeholder in the config | small and medium: EfficientNet-Lite0 (main), DINOv2 ViT-S/14 from an ONNX (maybe saliency-tuned); full: `facebook/dinov2-base` |
 # | text tower | Llama-3-8B, last token, after the final norm | same, fp32, untruncated | small: Gemma 3 270M (last token), MiniLM-L6 (mean); medium: also SmolLM2-135M and Qwen2.5-Coder-0.5B-Instruct (last token), MiniLM-L3 and mpnet-base (mean); full: Llama-3-8B, stored fp16, truncated at 77 tokens |
 # | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design; hidden 512 in the small and medium configs |
-# | LiT baseline | pretrained BERT tuned end to end on the locked DINOv2 features (§6.1) | — | small and medium: all-MiniLM-L6-v2 tuned end to end at lr 1e-4 (20 / at most 100 steps, the best validation step kept); full: BERT-base-uncased, micro-batches of 1,024 |
+# | LiT baseline | pretrained BERT tuned end to end on the locked DINOv2 features (§6.1) | — | small and medium: all-MiniLM-L6-v2 tuned end to end, lr chosen from 3e-5 / 1e-4 / 3e-4 on the validation concepts (20 / at most 100 steps, the best validation step kept); full: BERT-base-uncased at lr 1e-4, micro-batches of 1,024 |
+# | recipe | lr 1e-3, weight decay 1e-4 (§6.1) | same | small and medium: each method's lr and weight decay chosen on the validation concepts (`sweep:`, first seed); full: the paper's |
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; medium: 512; full: a true 16,384 per loss |
 # | validation | until convergence on a validation split | every 500 Lightning batches of 1,024 (~512k pairs, ~31 optimiser steps) on a 50,000-pair validation split, patience 50, min_delta 0.1 | small: every 20 steps, patience 6; medium: every 50, patience 6; full: every 250 steps, patience 10 |
@@ -627,7 +643,9 @@ path = write_metrics(output_dir, chapter="sharelock", config=config, settings=cf
                      findings=findings, claims=claims, features=found,
                      extra={"chance": chance, "prompt_ablation": prompt_rows, "stuck_runs": len(stuck),
                             "data_size_curve": list(curve) if curve is not None else [], "wrapper_max_abs_gap": wrapper_gap,
-                            "negatives_per_loss": int(main_result.negatives_per_loss)})
+                            "negatives_per_loss": int(main_result.negatives_per_loss),
+                            "recipes": {k: {"lr": t.lr, "weight_decay": t.weight_decay} for k, t in chosen.items()},
+                            "sweep": sweep_rows})
 print(f"wrote {path}")
 
 # %%

@@ -22,6 +22,7 @@ from chapters.sharelock.experiments import (
     benchmark,
     build,
     curve_frame,
+    choose_recipes,
     data_size_curve,
     feature_plan,
     grid,
@@ -47,6 +48,7 @@ from chapters.sharelock.verdicts import (
 __all__ = [
     "NAME", "LiTConfig", "Config", "load_config", "benchmark", "short", "metric_labels", "HEAD_LABELS",
     "setting_label", "prompt_sets", "feature_plan", "ChapterFeatures", "grid", "build", "train_and_evaluate",
-    "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS", "curve_frame", "style_diagnostics",
+    "choose_recipes", "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS", "curve_frame",
+    "style_diagnostics",
     "claims", "findings", "head_comparison", "method_diagram",
 ]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from chapters import configs as chapter_configs
 from corpora.datasets import DataConfig
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.recipes import SweepConfig
 
 NAME = "sharelock"
 
@@ -18,11 +19,13 @@ class LiTConfig:
     """The paper's baseline (§6.1): a pretrained text encoder trained end to end, with a linear projection, on the
     same locked image features and pairs (:class:`lib.methods.lit.LiT`). ``train``: its own settings, since a tuned
     transformer needs a smaller learning rate than a head on frozen features; the budget rule (``eval_every``,
-    ``patience``) is the heads'."""
+    ``patience``) is the heads'. ``sweep``: LiT's own grid of learning rates (a pretrained transformer's lie
+    lower than a head's), chosen on the validation concepts like the heads' (:mod:`lib.core.recipes`)."""
 
     enabled: bool = False  # a config's `lit:` section sets it; absent, the baseline is not trained
     text: TextModelConfig = field(default_factory=lambda: TextModelConfig("offline/all-MiniLM-L6-v2", "mean"))
     train: TrainSettings = field(default_factory=TrainSettings)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Config:
     seeds: tuple[int, ...] = (0,)
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares of the training pairs
     lit: LiTConfig = field(default_factory=LiTConfig)  # the LiT baseline (trained when ``lit.enabled``)
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # each head kind's lr x weight decay (lib.core.recipes)
 
     def __post_init__(self) -> None:
         if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):

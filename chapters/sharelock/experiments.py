@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from chapters.sharelock.config import Config
 from corpora import benchmarks, datasets
 from corpora.datasets import Benchmark
-from lib.core import curves, features
-from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core import curves, features, recipes
+from lib.core.config import TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
@@ -136,16 +136,33 @@ def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModel
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig,
                        vision: VisionModelConfig, kind: str = "mlp", seed: int = 0, *,
-                       shuffle_captions: bool = False,
-                       train_pairs: int | None = None) -> tuple[dict, object, ShareLock]:
+                       shuffle_captions: bool = False, train_pairs: int | None = None,
+                       train: TrainSettings | None = None) -> tuple[dict, object, ShareLock]:
     """Train one head on the training pairs (early stopping on the validation concepts), then evaluate it
     zero-shot on every labelled set and by retrieval on the unseen pairs.
 
     ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
     everything else kept). ``train_pairs``: train on that many pairs only (:func:`lib.core.curves.nested_subset`; the
-    data-size curve). Returns the run's row (for :class:`lib.core.results.Runs`), the
-    :class:`~lib.core.train.TrainResult` and the trained method.
+    data-size curve). ``train``: the recipe (default ``cfg.train``; :func:`choose_recipes` gives each head kind its
+    own). Returns the run's row (for :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and
+    the trained method.
     """
+    result, method, text_train = _fit_head(cfg, bench, feats, text, vision, kind, seed, train or cfg.train,
+                                           shuffle_captions=shuffle_captions, train_pairs=train_pairs)
+    row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
+           "control": "shuffled captions" if shuffle_captions else "", "train_pairs": len(text_train),
+           "lr": result.settings.lr, "weight_decay": result.settings.weight_decay,
+           "best_step": result.best_step, "first_eval": min(result.settings.eval_every, result.settings.steps),
+           "steps_run": result.steps_run, "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
+    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s),
+                         lambda s, prompts: feats.prompts(text, s) if prompts else feats.captions(text, s)))
+    return row, result, method
+
+
+def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextModelConfig, vision: VisionModelConfig,
+              kind: str, seed: int, train: TrainSettings, *, shuffle_captions: bool = False,
+              train_pairs: int | None = None):
+    """One head trained with ``train`` (early stopping on the validation concepts): result, method, its text rows."""
     seed_everything(seed)
     method = build(cfg, feats, bench, text, vision, kind)
     text_train, image_train = feats.captions(text, bench.train), feats.image(vision, bench.train)
@@ -156,14 +173,26 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, te
         text_train = text_train[torch.randperm(len(text_train), generator=torch.Generator().manual_seed(seed))]
     result = fit(method, {"image": image_train, "text": text_train},
                  {"image": feats.image(vision, bench.val), "text": feats.captions(text, bench.val)},
-                 cfg.train, seed=seed, device=cfg.device)
-    row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
-           "control": "shuffled captions" if shuffle_captions else "", "train_pairs": len(text_train),
-           "best_step": result.best_step, "first_eval": min(cfg.train.eval_every, cfg.train.steps),
-           "steps_run": result.steps_run, "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
-    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s),
-                         lambda s, prompts: feats.prompts(text, s) if prompts else feats.captions(text, s)))
-    return row, result, method
+                 train, seed=seed, device=cfg.device)
+    return result, method, text_train
+
+
+def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
+    """Each method's recipe, chosen on the validation concepts (:func:`lib.core.recipes.choose`): every head kind
+    over ``cfg.sweep`` on the main pair, LiT over ``cfg.lit.sweep``, each on the first seed. Returns
+    ``{"mlp": ..., "linear": ..., "lit": ...}`` and one record row per candidate trained."""
+    seed, text, vision = cfg.seeds[0], cfg.text[0], cfg.vision[0]
+    chosen, record = {}, []
+    for kind in ("mlp", "linear"):
+        chosen[kind], rows = recipes.choose(
+            cfg.train, cfg.sweep,
+            lambda t, kind=kind: _fit_head(cfg, bench, feats, text, vision, kind, seed, t)[0].best_val_loss)
+        record += [{"method": kind, **r} for r in rows]
+    if cfg.lit.enabled:
+        chosen["lit"], rows = recipes.choose(cfg.lit.train, cfg.lit.sweep,
+                                             lambda t: _fit_lit(cfg, bench, feats, vision, seed, t)[0].best_val_loss)
+        record += [{"method": "lit", **r} for r in rows]
+    return chosen, record
 
 
 def _evaluate(method, cfg: Config, bench: Benchmark, image, text_of) -> dict:
@@ -179,10 +208,24 @@ def _evaluate(method, cfg: Config, bench: Benchmark, image, text_of) -> dict:
 
 
 def train_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: VisionModelConfig,
-              seed: int = 0) -> tuple[dict, object, LiT]:
+              seed: int = 0, train: TrainSettings | None = None) -> tuple[dict, object, LiT]:
     """The paper's LiT baseline on the same locked image features, pairs and seed as the heads: a pretrained text
     encoder (``cfg.lit.text``) and a linear projection, all trained (:class:`lib.methods.lit.LiT`), early-stopped
-    on the validation concepts by the heads' rule. See notebooks/sharelock.py, section "The LiT baseline"."""
+    on the validation concepts by the heads' rule; ``train`` defaults to ``cfg.lit.train``. See
+    notebooks/sharelock.py, section "The LiT baseline"."""
+    result, method, text_of = _fit_lit(cfg, bench, feats, vision, seed, train or cfg.lit.train)
+    row = {"text": short(cfg.lit.text.name), "vision": short(vision.name), "head": "lit", "seed": seed,
+           "control": "", "train_pairs": len(bench.train), "lr": result.settings.lr,
+           "weight_decay": result.settings.weight_decay, "best_step": result.best_step,
+           "first_eval": min(result.settings.eval_every, result.settings.steps), "steps_run": result.steps_run,
+           "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
+    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s), text_of))
+    return row, result, method
+
+
+def _fit_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: VisionModelConfig, seed: int,
+             train: TrainSettings):
+    """One LiT trained with ``train``: the result, the method and its ``text_of(items, prompts)`` token ids."""
     from transformers import AutoModel, AutoTokenizer
 
     from lib.core.models import resolve
@@ -206,13 +249,8 @@ def train_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: Vis
 
     result = fit(method, {"image": feats.image(vision, bench.train), "text": text_of(bench.train, False)},
                  {"image": feats.image(vision, bench.val), "text": text_of(bench.val, False)},
-                 cfg.lit.train, seed=seed, device=cfg.device)
-    row = {"text": short(text.name), "vision": short(vision.name), "head": "lit", "seed": seed, "control": "",
-           "train_pairs": len(bench.train), "best_step": result.best_step,
-           "first_eval": min(cfg.lit.train.eval_every, cfg.lit.train.steps), "steps_run": result.steps_run,
-           "negatives": result.negatives_per_loss, "train_s": round(result.seconds, 1)}
-    row.update(_evaluate(method, cfg, bench, lambda s: feats.image(vision, s), text_of))
-    return row, result, method
+                 train, seed=seed, device=cfg.device)
+    return result, method, text_of
 
 
 def held_out_groups(cfg: Config, pairs) -> tuple[str, list[str]]:
@@ -236,10 +274,12 @@ def stuck_runs(runs: Runs) -> list[dict]:
 
 
 def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
-                    texts: list[TextModelConfig]) -> Runs:
+                    texts: list[TextModelConfig], chosen: dict[str, TrainSettings] | None = None) -> Runs:
     """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, every
-    seed: does the paper's gap open, close or flip as data grows? Rows already in ``runs`` at the whole set
-    are reused, not retrained. See notebooks/sharelock.py, "More data"."""
+    seed, each head kind with its recipe (``chosen``, from :func:`choose_recipes`): does the gap open, close or flip
+    as data grows? Rows already in ``runs`` at the whole set are reused, not retrained. See notebooks/sharelock.py,
+    "More data"."""
+    chosen = chosen or {}
     total, vision = len(bench.train), cfg.vision[0]
     curve = Runs()
     for t in texts:
@@ -250,7 +290,8 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
                     done = [r for r in runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed,
                                                   control="") if r["train_pairs"] == size]
                     curve.add(done[0] if done else
-                              train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size)[0])
+                              train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size,
+                                                 train=chosen.get(kind))[0])
     return curve
 
 

@@ -1,0 +1,66 @@
+"""lib.core.recipes: each method's recipe chosen on the validation set (a fair comparison between methods)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lib.core.config import HeadConfig, LossConfig, TrainSettings
+from lib.core.recipes import SweepConfig, candidates, choose
+from lib.core.train import fit
+from lib.methods.sharelock import ShareLock
+
+BASE = TrainSettings(steps=40, batch_size=32, lr=1e-3, weight_decay=1e-4, warmup_steps=2, eval_every=5)
+
+
+def test_the_grid_is_every_pair_with_the_configured_recipe_first_and_nothing_else_changed():
+    grid = candidates(BASE, SweepConfig(lr=(3e-4, 1e-3), weight_decay=(1e-4, 1e-2)))
+    assert [(t.lr, t.weight_decay) for t in grid][0] == (1e-3, 1e-4)
+    assert {(t.lr, t.weight_decay) for t in grid} == {(3e-4, 1e-4), (3e-4, 1e-2), (1e-3, 1e-4), (1e-3, 1e-2)}
+    assert all(dataclasses.replace(t, lr=BASE.lr, weight_decay=BASE.weight_decay) == BASE for t in grid)
+    only_lr = candidates(BASE, SweepConfig(lr=(1e-4, 1e-2)))
+    assert [(t.lr, t.weight_decay) for t in only_lr] == [(1e-4, 1e-4), (1e-2, 1e-4)]  # an empty axis keeps its value
+
+
+def test_the_lowest_validation_loss_wins_ties_go_to_the_configured_recipe_and_unjudged_runs_never_win():
+    losses = {(1e-3, 1e-4): 2.0, (3e-4, 1e-4): 2.0, (3e-3, 1e-4): 1.5, (1e-2, 1e-4): None}
+    best, record = choose(BASE, SweepConfig(lr=(3e-4, 1e-3, 3e-3, 1e-2)), lambda t: losses[(t.lr, t.weight_decay)])
+    assert best.lr == 3e-3 and [r["chosen"] for r in record].count(True) == 1
+    assert next(r for r in record if r["lr"] == 1e-2)["val_loss"] is None
+    tie, _ = choose(BASE, SweepConfig(lr=(3e-4, 1e-3)), lambda t: 2.0)
+    assert tie.lr == BASE.lr
+    with pytest.raises(RuntimeError, match="finite validation loss"):
+        choose(BASE, SweepConfig(lr=(3e-4, 1e-3)), lambda t: float("nan"))
+
+
+def test_no_sweep_trains_nothing_and_returns_the_recipe_as_written():
+    calls = []
+    assert choose(BASE, SweepConfig(), lambda t: calls.append(t)) == (BASE, []) and calls == []
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("lr", (0.0,), "positive"), ("weight_decay", (-1e-4,), "non-negative"), ("lr", (1e-3, 1e-3), "twice"),
+    ("lr", ("fast",), "positive")])
+def test_a_bad_grid_names_the_field_and_an_example(field, value, message):
+    with pytest.raises(ValueError, match=f"sweep.{field}.*{message}"):
+        SweepConfig(**{field: value})
+
+
+def test_on_real_training_a_learning_rate_too_small_to_move_loses_to_one_that_learns():
+    """A ShareLock head on synthetic pairs whose text is a noisy linear image of the image features: at lr 1e-6 the
+    head barely leaves its initialisation, at 3e-3 it aligns; the sweep must pick the one that learned."""
+    generator = torch.Generator().manual_seed(0)
+    image = torch.randn(512, 16, generator=generator)
+    text = image @ torch.randn(16, 24, generator=generator) + 0.1 * torch.randn(512, 24, generator=generator)
+    train, val = {"image": image[:384], "text": text[:384]}, {"image": image[384:], "text": text[384:]}
+
+    def run(settings):
+        torch.manual_seed(0)
+        method = ShareLock(24, 16, HeadConfig(hidden_dim=32, num_layers=2, dropout=0.0), LossConfig())
+        return fit(method, train, val, settings, seed=0).best_val_loss
+
+    best, record = choose(BASE, SweepConfig(lr=(1e-6, 3e-3)), run)
+    assert best.lr == 3e-3, record
+    slow, fast = (next(r["val_loss"] for r in record if r["lr"] == lr) for lr in (1e-6, 3e-3))
+    assert fast < slow - 0.1, record
