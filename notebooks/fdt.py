@@ -303,9 +303,21 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
 # inside the head. The learning rate peaks at the official 1e-3 (the official schedule warms up from
 # 1e-4 to 1e-3; `fit` warms up from 0). Every head and variant below trains on every seed it is
 # configured for (`chapters.fdt.run_all`).
+#
+# **A recipe per head.** FDT and the pooled head each get their own learning rate, chosen on the validation
+# concepts (never the unseen ones) from the config's `sweep:` grid, on the first seed, by the lowest validation
+# loss (`lib.core.recipes.choose`); the variants take FDT's. A comparison between the heads is then between
+# tuned heads, not between a recipe and the head it happens to suit.
 
 # %%
-runs, trained = fdt.run_all(cfg, bench, feats, quick=quick)
+chosen, sweep_rows = fdt.choose_recipes(cfg, bench, feats) if not quick else ({}, [])
+if sweep_rows:
+    display(pd.DataFrame(sweep_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
+            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
+            .set_caption("Each candidate's best validation loss (first seed); chosen = used for every seed"))
+
+# %%
+runs, trained = fdt.run_all(cfg, bench, feats, quick=quick, chosen=chosen)
 curves = pd.concat([trained[name][1].history_frame().assign(head=name)
                     for name in ("FDT", "pooled", "softmax", "softmax at 1000") if name in trained])
 fig, axis = plt.subplots(figsize=(8, 3.6))
@@ -421,7 +433,7 @@ pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size"
 # has 1,335 pairs.)
 
 # %%
-curve = fdt.data_size_curve(cfg, bench, feats, runs) if config == "medium" else None
+curve = fdt.data_size_curve(cfg, bench, feats, runs, chosen) if config == "medium" else None
 if curve is not None:
     display(fdt.curve_frame(curve, f"{headline}/acc1").set_index("training pairs"))
     frame = curve.frame().assign(top1=lambda d: 100 * d[f"{headline}/acc1"])
@@ -664,7 +676,8 @@ path = write_metrics(output_dir, chapter="fdt", config=config, settings=cfg, sta
                      findings=findings, claims=claims, features=found,
                      extra={"quick": bool(quick), "chance": chance, "paper": fdt.PAPER_NUMBERS, "active_at_init": init_rows,
                             "codebook_usage": usage, "curve": list(curve) if curve is not None else None,
-                            "stuck_runs": stuck})
+                            "stuck_runs": stuck, "sweep": sweep_rows,
+                            "recipes": {k: {"lr": t.lr, "weight_decay": t.weight_decay} for k, t in chosen.items()}})
 print(f"wrote {path}")
 
 # %% tags=["remove-cell"]

@@ -313,15 +313,32 @@ display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_lo
 #   (`lib.methods.three_towers.ThreeTowers("lit")`): the analogue of the paper's CLIP baseline, whose
 #   text side learns only from the same pairs.
 
+#
+# **A recipe per method.** Each method's learning rate is chosen on the validation concepts (never the unseen
+# ones) from the config's `sweep:` grid, on the first seed, by the lowest validation loss
+# (`lib.core.recipes.choose`); every later run of the method (seeds, the prompt and loss ablations, the data-size
+# curve) takes it. A frozen LLM read through fixed prompts and a text tower learning from nothing need not like
+# the same step size.
+
+# %%
+kinds = ["flame", *[b.name for b in cfg.baselines], "scratch"]
+configs, recipe_rows = flame.choose_recipes(cfg, bench, feats, kinds) if not quick else ({}, [])
+if recipe_rows:
+    display(pd.DataFrame(recipe_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
+            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
+            .set_caption("Each candidate's best validation loss (first seed); chosen = used for every seed"))
+
+
 # %%
 def train(kind: str, seed: int, **options):
-    """One method, one seed: (row, training result); the medium config adds its tests (`chapters.flame.run`)."""
-    return flame.run(cfg, bench, feats, kind, seed, **options)
+    """One method, one seed, with its recipe: (row, training result); the medium config adds its tests
+    (`chapters.flame.run`)."""
+    return flame.run(configs.get(kind, cfg), bench, feats, kind, seed, **options)
 
 
 runs, curves = Runs(), {}
 for seed in cfg.seeds:
-    for kind in ["flame", *[b.name for b in cfg.baselines], "scratch"]:
+    for kind in kinds:
         row, result = train(kind, seed)
         runs.add(row)
         if seed == cfg.seeds[0]:
@@ -556,7 +573,7 @@ if medium:
 
 # %%
 if medium:
-    curve = flame.data_size_curve(cfg, bench, feats, runs)
+    curve = flame.data_size_curve(cfg, bench, feats, runs, configs)
     every = Runs({(flame.run_key(r, cfg), r["seed"], r["train_pairs"]): r for r in [*runs, *curve]}.values())  # each run once
     stuck = flame.stuck_runs(every, cfg)
     print(f"{len(every)} training runs, {len(stuck)} stuck (best step = first evaluation)")
@@ -780,7 +797,9 @@ path = write_metrics(output_dir, chapter="flame", config=config, settings=cfg, s
                      findings=findings, claims=claims, features=found,
                      extra={"chance": chance, "facets": list(cfg.text.facets), "sizes": rows,
                             "facet_similarity": similarity.tolist(), "coincidences": coincidences.to_dict("records"),
-                            "one_prompt_vs_average": one_prompt.as_dict(),
+                            "one_prompt_vs_average": one_prompt.as_dict(), "sweep": recipe_rows,
+                            "recipes": {k: {"lr": c.train.lr, "weight_decay": c.train.weight_decay}
+                                        for k, c in configs.items()},
                             **({"curve": list(curve), "stuck_runs": stuck} if medium else {})})
 print(f"wrote {path}")
 

@@ -261,12 +261,25 @@ plt.tight_layout()
 #   every 50 steps, a run stops after 4 evaluations without improvement (at most 1,200 steps) and keeps
 #   its lowest. A run whose kept step is its first evaluation has not trained, and is counted below.
 
+#
+# **A recipe per method.** Towers trained from scratch and a LiT tower on a frozen one need not like the same
+# learning rate, so each method's is chosen on the validation concepts (never the unseen ones) from the config's
+# `sweep:` grid, on the first seed, by the lowest validation loss (`lib.core.recipes.choose`), and every later
+# run of that method (seeds, diagnosis, data-size curve, ablations) takes it.
+
+# %%
+configs, recipe_rows = three_towers.choose_recipes(cfg, data) if not quick else ({}, [])
+if recipe_rows:
+    display(pd.DataFrame(recipe_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
+            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
+            .set_caption("Each candidate's validation loss (first seed); chosen = used for every seed"))
+
 # %%
 runs = Runs()
 histories, trained = {}, {}
 for seed in cfg.seeds:
     for variant in tt.VARIANTS:
-        row, result, method = three_towers.train_and_evaluate(cfg, bench, data, variant, seed)
+        row, result, method = three_towers.train_and_evaluate(configs.get(variant, cfg), bench, data, variant, seed)
         runs.add(row)
         if seed == cfg.seeds[0]:
             histories[variant], trained[variant] = result.history_frame(), method
@@ -302,7 +315,7 @@ else:
 
 # %%
 diagnosis, val_curves = (pd.DataFrame(), {}) if quick else three_towers.early_stopping_diagnosis(
-    cfg, bench, data, runs, cfg.seeds[0], histories)
+    cfg, bench, data, runs, cfg.seeds[0], histories, configs)
 every = cfg.diagnosis_eval_every if three_towers.fixed_budget(cfg) else cfg.train.eval_every
 if not quick:
     fig, axes = plt.subplots(1, len(val_curves), figsize=(4.9 * len(val_curves), 3.4), squeeze=False)
@@ -369,7 +382,7 @@ pd.DataFrame(three_towers.chance_checks(bench, runs)).set_index(["set", "method"
 # first evaluation of several runs at the two smallest sizes.
 
 # %%
-curve = None if quick else three_towers.data_size_curve(cfg, bench, data, runs)
+curve = None if quick else three_towers.data_size_curve(cfg, bench, data, runs, configs)
 if curve is not None:
     points = curve.frame()
     fig, axis = plt.subplots(figsize=(7, 3.6))
@@ -410,7 +423,8 @@ ablation_runs, sweep = Runs(), []
 for seed in [] if quick else cfg.seeds[:cfg.ablation_seeds]:
     ablation_runs.add(runs.where(method="3t", seed=seed).rows[0], method="3t (w = 1, all terms)")
     for label, options in three_towers.ablations(cfg):
-        row, _, method = three_towers.train_and_evaluate(cfg, bench, data, "3t", seed, label=label, **options)
+        row, _, method = three_towers.train_and_evaluate(configs.get("3t", cfg), bench, data, "3t", seed, label=label,
+                                                         **options)
         ablation_runs.add(row)
         if options.get("headless"):
             sweep += three_towers.alpha_sweep(cfg, bench, data, method, seed)
@@ -612,7 +626,9 @@ path = write_metrics(output_dir, chapter="three_towers", config=config, settings
                             "chance_checks": three_towers.chance_checks(bench, runs),
                             "export_same_embeddings": bool(same), "exported_towers": kept,
                             "stuck_runs": len(stuck),
-                            "data_size_curve": list(curve) if curve is not None else []})
+                            "data_size_curve": list(curve) if curve is not None else [], "sweep": recipe_rows,
+                            "recipes": {k: {"lr": c.train.lr, "weight_decay": c.train.weight_decay}
+                                        for k, c in configs.items()}})
 print(f"wrote {path}")
 
 # %% tags=["remove-cell"]

@@ -334,10 +334,25 @@ notebook.show_source(viterb.unseen_score)
 # described below (a shuffled-text control, the encoder's other pooling, the bare class name, a second
 # vision model).
 
+#
+# **A recipe per language model.** Features of different models differ in scale and spread, and one shared
+# learning rate would favour the models it happens to suit. So each model's (and pooling's) learning rate is
+# chosen on the validation images of the *seen* classes (never the unseen ones) from the config's `sweep:` grid,
+# on the first score dataset's class names and the first seed, by the lowest validation loss
+# (`lib.core.recipes.choose`), and every run of that model takes it.
+
+# %%
+chosen, recipe_rows = viterb.choose_recipes(cfg, benches, feats) if not quick else ({}, [])
+if recipe_rows:
+    display(pd.DataFrame(recipe_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
+            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
+            .set_caption("Each candidate's best validation loss (first seed); chosen = used for every run of the model"))
+
 # %%
 runs = Runs()
 for spec in viterb.run_specs(cfg, quick=quick):
-    runs.add(viterb.train_and_score(cfg, benches[spec.dataset], feats, spec))
+    runs.add(viterb.train_and_score(cfg, benches[spec.dataset], feats, spec,
+                                    train=chosen.get(viterb.recipe_key(spec.text))))
 trained = runs.frame()
 print(f"{len(runs)} heads in this grid; training them took {trained.train_s.sum():.0f} s of CPU time when they were "
       "trained (a re-execution reads them back from the run cache; the page's opening line counts both)")
@@ -459,7 +474,7 @@ if runs.where(study="bare name").rows:
 # encoders; here the question is only whether more image–text pairs close, open or flip the gap at this scale.
 
 # %%
-curve = viterb.data_size_curve(cfg, benches, feats, runs) if cfg.curve_fractions and not quick else None
+curve = viterb.data_size_curve(cfg, benches, feats, runs, chosen) if cfg.curve_fractions and not quick else None
 if curve is not None:
     points = curve.frame()
     fig, axis = plt.subplots(figsize=(7.5, 3.6))
@@ -642,7 +657,9 @@ path = write_metrics(output_dir, chapter="viterb", config=config, settings=cfg, 
                      findings=findings, claims=claims, features=found,
                      extra={"chance": chance, "capability": capability_rows, "splits": split_rows,
                             "texts": summary_rows, "quick": quick, "stuck_runs": len(stuck),
-                            "rank_correlation": correlations, "reference_alone": reference_alone})
+                            "rank_correlation": correlations, "reference_alone": reference_alone,
+                            "sweep": recipe_rows, "recipes": {k: {"lr": t.lr, "weight_decay": t.weight_decay}
+                                                              for k, t in chosen.items()}})
 print(f"wrote {path}")
 
 # %% tags=["remove-cell"]

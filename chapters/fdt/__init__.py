@@ -32,6 +32,7 @@ from chapters.fdt.experiments import (
     benchmark,
     build_fdt,
     build_pooled,
+    choose_recipes,
     feature_plan,
     grounding_examples,
     retrieval,
@@ -52,7 +53,8 @@ from chapters.fdt.verdicts import (
 __all__ = [
     "NAME", "PAPER_NUMBERS", "FDTHeadConfig", "PooledHeadConfig", "Variant", "Config", "load_config", "benchmark",
     "zero_shot_sets", "feature_plan", "ChapterFeatures", "build_fdt", "build_pooled", "zero_shot_metrics",
-    "retrieval", "train_and_evaluate", "run_all", "active_codes_at_init", "usage_rows", "grounding_examples",
+    "retrieval", "train_and_evaluate", "run_all", "choose_recipes", "active_codes_at_init", "usage_rows",
+    "grounding_examples",
     "CURVE", "data_size_curve", "curve_frame", "curve_trend", "stuck_runs", "above_chance", "diagnose", "claims",
     "findings", "method_diagram",
 ]

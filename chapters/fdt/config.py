@@ -11,6 +11,7 @@ from typing import Literal
 from chapters import configs as chapter_configs
 from corpora.datasets import DataConfig
 from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.recipes import SweepConfig
 from lib.methods.fdt import OFFICIAL
 
 NAME = "fdt"
@@ -107,6 +108,7 @@ class Config:
     variants: tuple[Variant, ...] = ()
     image_tokens: Literal["all", "patches"] = "patches"
     train: TrainSettings = field(default_factory=TrainSettings)
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # each head's recipe on the validation set (run_all)
     store: StoreConfig = field(default_factory=StoreConfig)
     eval_batch_size: int = 256
     init_probe: tuple[int, ...] = (16384, 512)

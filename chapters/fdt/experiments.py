@@ -11,7 +11,8 @@ import torch
 from chapters.fdt.config import Config, FDTHeadConfig, PooledHeadConfig, Variant
 from corpora import benchmarks, medium
 from corpora.datasets import Benchmark
-from lib.core import curves, features
+from lib.core import curves, features, recipes
+from lib.core.config import TrainSettings
 from lib.core.evaluate import prompt_texts, zero_shot
 from lib.core.evaluate import retrieval as embedding_retrieval
 from lib.core.results import Runs
@@ -129,23 +130,17 @@ def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_s
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
-                       variant: Variant | None = None,
-                       subset: torch.Tensor | None = None) -> tuple[dict, object, torch.nn.Module]:
+                       variant: Variant | None = None, subset: torch.Tensor | None = None,
+                       train: TrainSettings | None = None) -> tuple[dict, object, torch.nn.Module]:
     """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
     pairs), evaluate it zero-shot on :func:`zero_shot_sets` and by retrieval, and for FDT with its weights as
     features and its active codes. ``subset``: train on those training rows only (the data-size curve,
-    ``chapters.fdt.checks``). Returns the row (:class:`lib.core.results.Runs`), TrainResult and head."""
-    seed_everything(seed)
-    image_dim, text_dim = feats.dims(bench)
-    head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
-            else build_pooled(cfg.baseline, image_dim, text_dim))
-    train = feats.tensors(bench.train)
-    train = train if subset is None else {k: v[subset] for k, v in train.items()}
-    settings = cfg.train if subset is None else curves.subset_settings(cfg.train, len(subset))
-    result = fit(head, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
-    head.eval()
+    ``chapters.fdt.checks``); ``train``: the recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the row
+    (:class:`lib.core.results.Runs`), TrainResult and head."""
+    result, head, settings, train_rows = _fit_head(cfg, bench, feats, kind, seed, variant, subset, train or cfg.train)
     name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
-    row = {"head": name, "seed": seed, "train_pairs": len(train["image"]), "best_step": result.best_step,
+    row = {"head": name, "seed": seed, "train_pairs": train_rows, "lr": settings.lr,
+           "weight_decay": settings.weight_decay, "best_step": result.best_step,
            "first_eval": min(settings.eval_every, settings.steps), "steps_run": result.steps_run,
            "train_s": round(result.seconds, 1), "best_val_loss": result.best_val_loss,
            "logit_scale": round(float(head.criterion.scale.detach()), 2)}
@@ -169,16 +164,44 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     return row, result, head
 
 
-def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False) -> tuple[Runs, dict]:
+def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int, variant: Variant | None,
+              subset: torch.Tensor | None, recipe: TrainSettings):
+    """One head trained with ``recipe`` (shortened for a ``subset``): result, head, the settings, training rows."""
+    seed_everything(seed)
+    image_dim, text_dim = feats.dims(bench)
+    head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
+            else build_pooled(cfg.baseline, image_dim, text_dim))
+    train = feats.tensors(bench.train)
+    train = train if subset is None else {k: v[subset] for k, v in train.items()}
+    settings = recipe if subset is None else curves.subset_settings(recipe, len(subset))
+    result = fit(head, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
+    head.eval()
+    return result, head, settings, len(train["image"])
+
+
+def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
+    """Each head's recipe (``fdt``, ``pooled``) chosen over ``cfg.sweep`` on the validation pairs, first seed
+    (:func:`lib.core.recipes.choose`); the variants take FDT's. Returns the recipes and one row per candidate."""
+    chosen, record = {}, []
+    for kind in ("fdt", "pooled"):
+        chosen[kind], rows = recipes.choose(
+            cfg.train, cfg.sweep,
+            lambda t, kind=kind: _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, t)[0].best_val_loss)
+        record += [{"method": "FDT" if kind == "fdt" else "pooled", **r} for r in rows]
+    return chosen, record
+
+
+def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False,
+            chosen: dict[str, TrainSettings] | None = None) -> tuple[Runs, dict]:
     """Every run of the chapter: FDT and pooled on every seed, then each variant on its first ``seeds``
-    seeds (``quick``: the first seed only). Returns the runs and ``{head name: (head, TrainResult)}`` of
-    the first seed."""
-    runs, trained = Runs(), {}
+    seeds (``quick``: the first seed only), each head with its recipe (``chosen``, :func:`choose_recipes`; the
+    variants with FDT's). Returns the runs and ``{head name: (head, TrainResult)}`` of the first seed."""
+    runs, trained, chosen = Runs(), {}, chosen or {}
     seeds = cfg.seeds[:1] if quick else cfg.seeds
     jobs = [(kind, seed, None) for seed in seeds for kind in ("fdt", "pooled")]
     jobs += [("fdt", seed, v) for v in cfg.variants for seed in (seeds[:1] if quick else cfg.seeds[: v.seeds])]
     for kind, seed, variant in jobs:
-        row, result, head = train_and_evaluate(cfg, bench, feats, kind, seed, variant)
+        row, result, head = train_and_evaluate(cfg, bench, feats, kind, seed, variant, train=chosen.get(kind))
         if runs.add(row)["seed"] == cfg.seeds[0]:
             trained[row["head"]] = (head, result)
     return runs, trained

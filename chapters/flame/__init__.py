@@ -65,7 +65,7 @@ from chapters.flame.verdicts import (
 __all__ = [
     "NAME", "Config", "load_config", "SUBSET_SEED", "MediumConfig", "short", "benchmark", "sizes", "label_sets",
     "text_sets", "subsets", "tux_multilingual", "feature_plan", "ChapterFeatures", "run_key", "train_and_evaluate",
-    "chapter_features", "run", "main_setting", "facet_similarity", "MediumFeatures", "stuck_runs",
+    "chapter_features", "choose_recipes", "run", "main_setting", "facet_similarity", "MediumFeatures", "stuck_runs",
     "data_size_curve", "CURVE", "curve_frame", "curve_trend", "claims", "main_runs", "coincidences", "TIES",
     "METRICS", "findings", "facet_similarity_by_source", "translation_match", "tux_multilingual_claim",
     "medium_findings", "equivalence_table", "facet_mask_figure", "speed_table", "language_bars",

@@ -13,6 +13,7 @@ from corpora import emoji
 from corpora.datasets import DataConfig
 from lib.core import curves
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.recipes import SweepConfig
 from lib.core.facets import FLAME_TEMPLATE, FacetConfig
 from lib.methods.flame import OFFICIAL_TEMPLATE, SHORT_TEXT_FACET
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig
@@ -58,6 +59,7 @@ class Config:
     head: HeadConfig = field(default_factory=HeadConfig)  # the ShareLock baseline's text head
     sharelock_loss: LossConfig = field(default_factory=LossConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # each method's recipe (choose_recipes)
     store: StoreConfig = field(default_factory=StoreConfig)
     val_limit: int | None = None
     retrieval_limit: int | None = None

@@ -15,16 +15,19 @@ def stuck_runs(runs: Runs, cfg: MediumConfig) -> list[dict]:
     return [r for r in runs if stuck(r, cfg.train.eval_every)]
 
 
-def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, runs: Runs) -> Runs:
+def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, runs: Runs,
+                    configs: dict | None = None) -> Runs:
     """FLAME (all K facets) and the text tower from scratch at each of ``curve_sizes`` nested training sizes, every
-    seed; rows of ``runs`` at the same size are reused, not retrained."""
-    curve = Runs()
+    seed, each with its recipe (``configs``, :func:`chapters.flame.choose_recipes`); rows of ``runs`` at the same
+    size are reused, not retrained."""
+    curve, configs = Runs(), configs or {}
     for size in cfg.curve_sizes:
         for kind, label in (("flame", "flame"), ("scratch", "scratch")):
             for seed in cfg.seeds:
                 done = [r for r in runs
                         if run_key(r, cfg) == label and r["seed"] == seed and r["train_pairs"] == size]
-                curve.add(done[0] if done else run(cfg, bench, feats, kind, seed, train_pairs=size)[0])
+                curve.add(done[0] if done else run(configs.get(kind, cfg), bench, feats, kind, seed,
+                                                   train_pairs=size)[0])
     return curve
 
 

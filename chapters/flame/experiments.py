@@ -14,7 +14,7 @@ from torch import nn
 from chapters.flame.config import Config, MediumConfig
 from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
 from corpora.datasets import Benchmark
-from lib.core import features
+from lib.core import features, recipes
 from lib.core.config import LossConfig, TextModelConfig
 from lib.core.evaluate import retrieval, zero_shot
 from lib.core.rows import StoreRows
@@ -206,7 +206,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     model = _ScratchTower(method) if kind == "scratch" else method
     result = fit(method, data["train"], data["val"], cfg.train, seed=seed, device=cfg.device, progress=False)
     model.cpu()
-    row = {"method": label, "facets": k, "loss": loss, "seed": seed, "best_step": result.best_step,
+    row = {"method": label, "facets": k, "loss": loss, "seed": seed, "lr": result.settings.lr,
+           "weight_decay": result.settings.weight_decay, "best_step": result.best_step,
            "train_s": round(result.seconds, 1),
            "data_path": "streamed" if streamed and kind != "scratch" else "resident"}
     if bench.zero_shot:
@@ -242,6 +243,20 @@ def run(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: 
     if isinstance(cfg, MediumConfig):
         return _run_medium(cfg, bench, feats, kind, seed, **options)
     return train_and_evaluate(cfg, bench, feats, kind, seed, **options)[:2]
+
+
+def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kinds) -> tuple[dict, list[dict]]:
+    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by the lowest
+    validation loss (:func:`lib.core.recipes.choose`). Returns ``{kind: the config with that recipe}`` (what every
+    later run of the method takes: seeds, ablations, data-size curve) and one row per candidate."""
+    configs, record = {}, []
+    for kind in kinds:
+        best, rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: train_and_evaluate(
+            dataclasses.replace(cfg, train=t), bench, feats, kind, cfg.seeds[0])[1].best_val_loss)
+        configs[kind] = dataclasses.replace(cfg, train=best)
+        record += [{"method": "flame" if kind == "flame" else "scratch" if kind == "scratch" else
+                    f"sharelock/{short(kind)}", **r} for r in rows]
+    return configs, record
 
 
 def main_setting(cfg: Config) -> dict:

@@ -26,6 +26,7 @@ from chapters.three_towers.experiments import (
     alpha_sweep,
     benchmark,
     build,
+    choose_recipes,
     data_size_curve,
     diagnosis_protocols,
     early_stopping_diagnosis,
@@ -57,7 +58,7 @@ from chapters.three_towers.verdicts import (
 __all__ = [
     "NAME", "Config", "load_config", "group_accuracy", "group_diagnosis", "RETRIEVAL_R1", "benchmark",
     "training_pairs", "feature_plan", "Inputs", "HOLDOUT_SEED", "held_out_rows", "inputs", "build", "is_ceiling",
-    "test_sets", "evaluate", "fixed_budget", "early_stopping_settings", "train_and_evaluate",
+    "test_sets", "evaluate", "fixed_budget", "early_stopping_settings", "train_and_evaluate", "choose_recipes",
     "diagnosis_protocols", "early_stopping_diagnosis", "stuck_runs", "CURVE_METRIC", "data_size_curve",
     "ablations", "alpha_sweep", "shown_metrics", "chance", "chance_checks", "TABLE2", "TABLE3", "claims",
     "findings", "diagram",

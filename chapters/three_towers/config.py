@@ -11,6 +11,7 @@ from chapters import configs as chapter_configs
 from corpora.datasets import DataConfig
 from lib.core import curves
 from lib.core.config import LossConfig, StoreConfig, TrainSettings, VisionModelConfig
+from lib.core.recipes import SweepConfig
 from lib.methods.three_towers import ImageTowerConfig, TextTowerConfig
 
 NAME = "three_towers"
@@ -41,6 +42,7 @@ class Config:
     train_styles: tuple[Literal["google", "twitter"], ...] = ("google",)
     loss: LossConfig = field(default_factory=lambda: LossConfig(temperature=0.07, learnable=True))
     train: TrainSettings = field(default_factory=TrainSettings)
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # each method's recipe (choose_recipes)
     store: StoreConfig = field(default_factory=StoreConfig)
     weights: tuple[float, ...] = (0.5, 2.0)
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)

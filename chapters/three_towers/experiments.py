@@ -13,7 +13,7 @@ from chapters.three_towers.concept_groups import group_accuracy
 from chapters.three_towers.config import Config
 from corpora import benchmarks, datasets
 from corpora.datasets import Benchmark
-from lib.core import curves, features
+from lib.core import curves, features, recipes
 from lib.core.config import TrainSettings
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Runs, stuck
@@ -187,17 +187,10 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
     pairs (the diagnosis: :attr:`Inputs.family_val`). Returns the run's row (for
     :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the method.
     """
-    total = len(data.train["pixels"])
-    subset = curves.nested_subset(total, train_pairs)
-    train = data.train if subset is None else {k: v[subset] for k, v in data.train.items()}
-    seed_everything(seed)
-    method = build(cfg, data, variant, **options)
-    result = fit(method, train, data.val if val is None else val, settings or cfg.train, seed=seed,
-                 device=cfg.device, progress=False)
-    method.to("cpu")
+    result, method, train = _fit_method(cfg, data, variant, seed, settings or cfg.train, train_pairs, val, **options)
     evaluations = [r["step"] for r in result.history if r["val_loss"] is not None]
     row = {"method": label or variant, "variant": variant, "seed": seed, "train_pairs": len(train["pixels"]),
-           "best_step": result.best_step,
+           "lr": result.settings.lr, "weight_decay": result.settings.weight_decay, "best_step": result.best_step,
            "first_eval": evaluations[0] if evaluations else None, "steps_run": result.steps_run,
            "val_loss": result.best_val_loss, "temperature": round(method.criterion.temperature, 4),
            "train_s": round(result.seconds, 1)}
@@ -205,12 +198,41 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
     return row, result, method
 
 
+def _fit_method(cfg: Config, data: Inputs, variant: str, seed: int, settings: TrainSettings,
+                train_pairs: int | None = None, val: dict | None = None, **options):
+    """One method trained with ``settings``: the TrainResult, the method (on the CPU) and its training tensors."""
+    total = len(data.train["pixels"])
+    subset = curves.nested_subset(total, train_pairs)
+    train = data.train if subset is None else {k: v[subset] for k, v in data.train.items()}
+    seed_everything(seed)
+    method = build(cfg, data, variant, **options)
+    result = fit(method, train, data.val if val is None else val, settings, seed=seed, device=cfg.device,
+                 progress=False)
+    method.to("cpu")
+    return result, method, train
+
+
+def choose_recipes(cfg: Config, data: Inputs) -> tuple[dict[str, Config], list[dict]]:
+    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by the lowest
+    validation loss (:func:`lib.core.recipes.choose`). Returns ``{variant: the config with that recipe}`` (what
+    every later run of the method takes: its budget rule and data-size curve follow from it) and one row per
+    candidate."""
+    configs, record = {}, []
+    for variant in tt.VARIANTS:
+        best, rows = recipes.choose(
+            cfg.train, cfg.sweep,
+            lambda t, variant=variant: _fit_method(cfg, data, variant, cfg.seeds[0], t)[0].best_val_loss)
+        configs[variant] = dataclasses.replace(cfg, train=best)
+        record += [{"method": variant, **r} for r in rows]
+    return configs, record
+
+
 def diagnosis_protocols(cfg: Config) -> tuple[str, str]:  # (the chapter's protocol, the diagnosis's)
     return ("fixed budget", "validation concepts") if fixed_budget(cfg) else ("held-out pairs", "validation families")
 
 
 def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs, seed: int,
-                             histories: dict | None = None):
+                             histories: dict | None = None, configs: dict[str, Config] | None = None):
     """Each main method trained again under the other protocol (:func:`early_stopping_settings`; ``medium``: on
     the validation concept families, :attr:`Inputs.family_val`), beside the chapter's run of the same seed.
     Returns (table: step kept, unseen top-1 and R@1 under each protocol; validation curves per protocol,
@@ -221,7 +243,8 @@ def early_stopping_diagnosis(cfg: Config, bench: Benchmark, data: Inputs, runs: 
     ours, other = diagnosis_protocols(cfg)
     rows, val_curves = [], {ours: {}, other: {}}
     for variant in tt.VARIANTS:
-        row, result, _ = train_and_evaluate(cfg, bench, data, variant, seed, settings=early_stopping_settings(cfg),
+        own = (configs or {}).get(variant, cfg)  # the method's recipe (choose_recipes)
+        row, result, _ = train_and_evaluate(own, bench, data, variant, seed, settings=early_stopping_settings(own),
                                             val=data.family_val)
         main = runs.where(method=variant, seed=seed).rows[0]
         for label, history in ((ours, (histories or {}).get(variant)), (other, result.history_frame())):
@@ -246,17 +269,19 @@ def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
 CURVE_METRIC = "retrieval/mean_recall@1"  # the curve's metric: the paper's retrieval claims (Table 2)
 
 
-def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs) -> Runs:
-    """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, every seed: does 3T's
-    lead (or lag) open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused. See
-    notebooks/three_towers.py, section "More data"."""
+def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs,
+                    configs: dict[str, Config] | None = None) -> Runs:
+    """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, every seed, each method
+    with its recipe (``configs``, :func:`choose_recipes`): does 3T's lead (or lag) open, close or flip as the data
+    grow? Rows of ``runs`` at the whole set are reused. See notebooks/three_towers.py, section "More data"."""
     curve, total = Runs(), len(data.train["pixels"])
     for size in curves.sizes(total, cfg.curve_fractions):  # early stopping: validated once an epoch of the subset
-        settings = None if fixed_budget(cfg) else curves.subset_settings(cfg.train, size)
         for variant in tt.VARIANTS:
+            own = (configs or {}).get(variant, cfg)
+            settings = None if fixed_budget(own) else curves.subset_settings(own.train, size)
             for seed in cfg.seeds:
                 done = [r for r in runs.where(method=variant, seed=seed) if r["train_pairs"] == size]
-                curve.add(done[0] if done else train_and_evaluate(cfg, bench, data, variant, seed, train_pairs=size,
+                curve.add(done[0] if done else train_and_evaluate(own, bench, data, variant, seed, train_pairs=size,
                                                                   settings=settings)[0])
     return curve
 

@@ -22,9 +22,11 @@ from chapters.viterb.experiments import (
     ChapterFeatures,
     RunSpec,
     benchmark,
+    choose_recipes,
     family,
     feature_plan,
     label,
+    recipe_key,
     run_specs,
     same_as_name,
     short,
@@ -49,7 +51,8 @@ from chapters.viterb.verdicts import (
 __all__ = [
     "capability",
     "NAME", "TextKind", "Config", "load_config", "short", "label", "family", "benchmark", "RunSpec", "run_specs",
-    "texts_of", "feature_plan", "ChapterFeatures", "unseen_score", "train_and_score", "stuck_runs", "same_as_name",
+    "texts_of", "feature_plan", "ChapterFeatures", "unseen_score", "train_and_score", "choose_recipes", "recipe_key",
+    "stuck_runs", "same_as_name",
     "CURVE_KIND", "curve_specs", "data_size_curve", "PAPER_COLUMNS", "PAPER_TABLE_1", "paper_table", "score_table",
     "outcome", "claims", "findings",
 ]

@@ -11,6 +11,7 @@ from chapters import configs as chapter_configs
 from corpora.class_splits import FashionImages
 from lib.core import config as configs
 from lib.core.config import HeadConfig, LossConfig, StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
+from lib.core.recipes import SweepConfig
 
 NAME = "viterb"
 
@@ -43,6 +44,7 @@ class Config:
     head: HeadConfig = field(default_factory=HeadConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainSettings = field(default_factory=TrainSettings)
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # each language model's recipe (choose_recipes)
     store: StoreConfig = field(default_factory=StoreConfig)
     fashion: FashionImages = field(default_factory=FashionImages)
     vision_check_seeds: int = 1  # the other vision models run only the first N seeds ...

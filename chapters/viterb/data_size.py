@@ -5,7 +5,7 @@ See notebooks/viterb.py, section "More data: decoders against encoders as the tr
 from __future__ import annotations
 
 from chapters.viterb.config import Config
-from chapters.viterb.experiments import ChapterFeatures, RunSpec, train_and_score
+from chapters.viterb.experiments import ChapterFeatures, RunSpec, recipe_key, train_and_score
 from corpora.class_splits import ClassBenchmark
 from lib.core import curves
 from lib.core.results import Runs
@@ -26,13 +26,13 @@ def curve_specs(cfg: Config, n_train: int) -> list[RunSpec]:
 
 
 def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures,
-                    runs: Runs) -> Runs:
+                    runs: Runs, chosen: dict | None = None) -> Runs:
     """Decoders against encoders as the training set grows (:func:`curve_specs`; the whole-set points are the main
-    grid's runs on the same dataset and text type)."""
+    grid's runs on the same dataset and text type), each model with its recipe (``chosen``)."""
     dataset = cfg.score_datasets[0]
-    curve = Runs()
+    curve, chosen = Runs(), chosen or {}
     for spec in curve_specs(cfg, len(benches[dataset].images("train"))):
-        curve.add(train_and_score(cfg, benches[dataset], feats, spec))
+        curve.add(train_and_score(cfg, benches[dataset], feats, spec, train=chosen.get(recipe_key(spec.text))))
     for row in runs.where(study="main", dataset=dataset, kind=CURVE_KIND):
         curve.add(row)
     return curve

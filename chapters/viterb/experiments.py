@@ -13,8 +13,8 @@ from chapters.viterb.config import Config
 from corpora import class_splits, class_texts, full_sets
 from corpora.class_splits import ClassBenchmark
 from corpora.class_texts import ClassTexts
-from lib.core import curves, features
-from lib.core.config import TextModelConfig, VisionModelConfig
+from lib.core import curves, features, recipes
+from lib.core.config import TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import mean_per_class_recall
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
@@ -164,9 +164,32 @@ def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tens
     return mean_per_class_recall(logits.cpu(), labels)
 
 
-def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec) -> dict:
+def recipe_key(text: TextModelConfig) -> str:
+    """Which recipe a run takes: one per language model and pooling (:func:`choose_recipes`)."""
+    return f"{text.name}:{text.pooling}"
+
+
+def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures):
+    """Each language model's recipe (every text model and pooling a run reads) chosen over ``cfg.sweep`` on the
+    validation images of the seen classes, on the first score dataset's class names, first seed, by the lowest
+    validation loss (:func:`lib.core.recipes.choose`): features of different models differ in scale, and one
+    shared learning rate would favour the models it suits. Returns ``{recipe_key: settings}`` and one row per
+    candidate."""
+    dataset, chosen, record = cfg.score_datasets[0], {}, []
+    for text in dict.fromkeys([*cfg.text, *cfg.pooling_ablation]):
+        spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
+        chosen[recipe_key(text)], rows = recipes.choose(
+            cfg.train, cfg.sweep,
+            lambda t, spec=spec: train_and_score(cfg, benches[dataset], feats, spec, train=t)["best_val_loss"])
+        record += [{"model": label(cfg, text), "pooling": text.pooling, **r} for r in rows]
+    return chosen, record
+
+
+def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec,
+                    train: TrainSettings | None = None) -> dict:
     """Train a ShareLock head on the seen classes' (image, class text) pairs, early-stop on the val images,
-    score on the unseen classes. Returns the run's row for :class:`lib.core.results.Runs`."""
+    score on the unseen classes; ``train``: the recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the
+    run's row for :class:`lib.core.results.Runs`."""
     texts = feats.texts[(spec.dataset, spec.kind)]
     text_features = feats.text(spec.text, spec.dataset, spec.kind)
     images = feats.image(spec.vision, bench)
@@ -180,10 +203,10 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
         source[seen] = seen[torch.randperm(len(seen), generator=torch.Generator().manual_seed(spec.seed))]
     labels = source[torch.tensor(bench.image_labels)]
     train_rows, val_rows = torch.tensor(bench.images("train")), torch.tensor(bench.images("val"))
-    settings = cfg.train
+    recipe = settings = train or cfg.train
     subset = curves.nested_subset(len(train_rows), spec.train_images)
     if subset is not None:  # a point of the data-size curve: validated once an epoch of the subset
-        train_rows, settings = train_rows[subset], curves.subset_settings(cfg.train, len(subset))
+        train_rows, settings = train_rows[subset], curves.subset_settings(recipe, len(subset))
     val_text = model.draw(labels[val_rows], torch.Generator().manual_seed(10_000 + spec.seed))
     result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
                  {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
@@ -192,7 +215,8 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
             "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
             "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
             "score": unseen_score(method, images, text_features, texts.owner, bench),
-            "chance": 1 / len(bench.classes("unseen")), "best_step": result.best_step, "steps_run": result.steps_run,
+            "chance": 1 / len(bench.classes("unseen")), "lr": settings.lr, "weight_decay": settings.weight_decay,
+            "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
             "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
             "train_s": round(result.seconds, 2)}
 
