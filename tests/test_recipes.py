@@ -41,7 +41,7 @@ def test_no_sweep_trains_nothing_and_returns_the_recipe_as_written():
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("lr", (0.0,), "positive"), ("weight_decay", (-1e-4,), "non-negative"), ("lr", (1e-3, 1e-3), "twice"),
-    ("lr", ("fast",), "positive")])
+    ("lr", ("fast",), "positive"), ("extend", -1, "whole number")])
 def test_a_bad_grid_names_the_field_and_an_example(field, value, message):
     with pytest.raises(ValueError, match=f"sweep.{field}.*{message}"):
         SweepConfig(**{field: value})
@@ -60,7 +60,27 @@ def test_on_real_training_a_learning_rate_too_small_to_move_loses_to_one_that_le
         method = ShareLock(24, 16, HeadConfig(hidden_dim=32, num_layers=2, dropout=0.0), LossConfig())
         return fit(method, train, val, settings, seed=0).best_val_loss
 
-    best, record = choose(BASE, SweepConfig(lr=(1e-6, 3e-3)), run)
+    best, record = choose(BASE, SweepConfig(lr=(1e-6, 3e-3), extend=0), run)
     assert best.lr == 3e-3, record
     slow, fast = (next(r["val_loss"] for r in record if r["lr"] == lr) for lr in (1e-6, 3e-3))
     assert fast < slow - 0.1, record
+
+
+def test_a_best_on_the_grids_edge_grows_the_grid_by_its_own_step_until_it_is_inside():
+    """A validation loss with its minimum at lr 1e-2, beyond a grid that stops at 1e-3: the grid grows upwards by its
+    own step (x 3.33) while the best is its top; with too few extensions the choice is flagged as still on the edge."""
+    import math
+
+    def loss(settings):
+        return (math.log10(settings.lr) - math.log10(1e-2)) ** 2
+
+    grid = (1e-4, 3e-4, 1e-3)
+    short, record = choose(BASE, SweepConfig(lr=grid, extend=1), loss)
+    assert short.lr == pytest.approx(1e-3 * 10 / 3) and [r["extended"] for r in record] == [False] * 3 + [True]
+    assert next(r for r in record if r["chosen"])["at_edge"]
+    best, record = choose(BASE, SweepConfig(lr=grid, extend=3), loss)
+    assert best.lr == pytest.approx(1e-3 * (10 / 3) ** 2)  # 1.1e-2: the next one up (3.7e-2) is worse
+    chosen = [r for r in record if r["chosen"]]
+    assert len(chosen) == 1 and not chosen[0]["at_edge"] and sum(r["extended"] for r in record) == 3
+    low, record = choose(BASE, SweepConfig(lr=(3e-2, 1e-1)), loss)  # the bottom edge grows downwards
+    assert low.lr == pytest.approx(3e-2 * 0.3) and min(r["lr"] for r in record) == pytest.approx(3e-2 * 0.09)

@@ -36,6 +36,7 @@ from chapters.flame.experiments import (
     ChapterFeatures,
     MediumFeatures,
     chapter_features,
+    choose_recipes,
     facet_similarity,
     feature_plan,
     main_setting,

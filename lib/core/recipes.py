@@ -29,8 +29,12 @@ class SweepConfig:
 
     lr: tuple[float, ...] = ()
     weight_decay: tuple[float, ...] = ()
+    extend: int = 2  # learning rates tried past the grid's edge while the best lies on it (see choose)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.extend, int) or isinstance(self.extend, bool) or self.extend < 0:
+            raise ValueError(f"sweep.extend must be a whole number >= 0 (learning rates tried past the grid's edge), "
+                             f"got {self.extend!r}")
         for name in ("lr", "weight_decay"):
             values = tuple(getattr(self, name))
             object.__setattr__(self, name, values)
@@ -59,21 +63,44 @@ def candidates(train: TrainSettings, sweep: SweepConfig) -> list[TrainSettings]:
 def choose(train: TrainSettings, sweep: SweepConfig,
            run: Callable[[TrainSettings], float | None]) -> tuple[TrainSettings, list[dict]]:
     """The candidate whose ``run`` (one training on the first seed) returns the lowest validation loss, and the
-    record of every candidate (``lr``, ``weight_decay``, ``val_loss``, ``chosen``). A run without a validation loss
-    cannot be judged and is never chosen; the first candidate wins ties. No sweep: ``train`` itself, no record."""
+    record of every candidate (``lr``, ``weight_decay``, ``val_loss``, ``chosen``, ``extended``, ``at_edge``).
+
+    A best learning rate on the edge of the grid says the optimum may lie beyond it, so the grid grows on that side
+    by its own step (the ratio of its two outermost values), with the best's weight decay, up to ``sweep.extend``
+    times, while the best stays on the edge; ``at_edge`` marks a choice still on it when the extension is spent. A
+    run without a finite validation loss cannot be judged and is never chosen; the earlier candidate wins ties.
+    No sweep: ``train`` itself, no record."""
     if not sweep.enabled:
         return train, []
-    record, best, best_loss = [], None, math.inf
-    for settings in candidates(train, sweep):
+    record: list[dict] = []
+
+    def judge(settings: TrainSettings, extended: bool) -> None:
         loss = run(settings)
         judged = loss is not None and math.isfinite(loss)
         record.append({"lr": settings.lr, "weight_decay": settings.weight_decay,
-                       "val_loss": float(loss) if judged else None, "chosen": False})
-        if judged and loss < best_loss:
-            best, best_loss = settings, loss
+                       "val_loss": float(loss) if judged else None, "chosen": False, "extended": extended,
+                       "at_edge": False})
+
+    def best_row() -> dict | None:
+        judged = [r for r in record if r["val_loss"] is not None]
+        return min(judged, key=lambda r: r["val_loss"]) if judged else None  # min keeps the earliest of ties
+
+    for settings in candidates(train, sweep):
+        judge(settings, extended=False)
+    best = best_row()
     if best is None:
         raise RuntimeError("no candidate of the sweep reached a finite validation loss: check the validation set "
                            f"and the grid {record}")
-    for row in record:
-        row["chosen"] = (row["lr"], row["weight_decay"]) == (best.lr, best.weight_decay)
-    return best, record
+    for _ in range(sweep.extend if len(set(sweep.lr)) > 1 else 0):
+        lrs = sorted({r["lr"] for r in record})
+        if best["lr"] not in (lrs[0], lrs[-1]):
+            break
+        low = best["lr"] == lrs[0]
+        step = lrs[1] / lrs[0] if low else lrs[-1] / lrs[-2]
+        judge(dataclasses.replace(train, lr=best["lr"] / step if low else best["lr"] * step,
+                                  weight_decay=best["weight_decay"]), extended=True)
+        best = best_row()
+    lrs = sorted({r["lr"] for r in record})
+    best["chosen"] = True
+    best["at_edge"] = len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1])
+    return dataclasses.replace(train, lr=best["lr"], weight_decay=best["weight_decay"]), record
