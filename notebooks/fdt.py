@@ -305,16 +305,15 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
 # configured for (`chapters.fdt.run_all`).
 #
 # **A recipe per head.** FDT and the pooled head each get their own learning rate, chosen on the validation
-# concepts (never the unseen ones) from the config's `sweep:` grid, on the first seed, by the lowest validation
-# loss (`lib.core.recipes.choose`); the variants take FDT's. A comparison between the heads is then between
+# concepts (never the unseen ones) from the config's `sweep:` grid, on the first seed, by retrieval R@1 between
+# the validation images and captions (`lib.core.recipes.choose`); the variants take FDT's. A comparison between the heads is then between
 # tuned heads, not between a recipe and the head it happens to suit.
 
 # %%
 chosen, sweep_rows = fdt.choose_recipes(cfg, bench, feats) if not quick else ({}, [])
 if sweep_rows:
-    display(pd.DataFrame(sweep_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
-            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
-            .set_caption("Each candidate's best validation loss (first seed); chosen = used for every seed"))
+    display(notebook.recipe_table(sweep_rows, "validation R@1 %",
+                                  "Each candidate's validation retrieval R@1, both directions (first seed); chosen = used for every seed"))
 
 # %%
 runs, trained = fdt.run_all(cfg, bench, feats, quick=quick, chosen=chosen)
@@ -333,7 +332,7 @@ plt.tight_layout()
 # the official temperature and the paper's formula (their best validation losses are in the tables
 # below), and the heads memorise the 1,335 training pairs quickly (train loss far below validation
 # loss). Early stopping keeps the step with the lowest validation loss, one rule for every head; in the
-# medium config (shown) {glue:md}`stuck_line` (section "Checks" below).
+# config shown, {glue:md}`stuck_line` (section "Checks" below).
 #
 # ## Zero-shot classification and retrieval
 #

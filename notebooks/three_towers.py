@@ -260,19 +260,18 @@ plt.tight_layout()
 #   (`three_towers.held_out_rows`, the same pairs for every seed and method), the loss on them is measured
 #   every 50 steps, a run stops after 4 evaluations without improvement (at most 1,200 steps) and keeps
 #   its lowest. A run whose kept step is its first evaluation has not trained, and is counted below.
-
 #
 # **A recipe per method.** Towers trained from scratch and a LiT tower on a frozen one need not like the same
 # learning rate, so each method's is chosen on the validation concepts (never the unseen ones) from the config's
-# `sweep:` grid, on the first seed, by the lowest validation loss (`lib.core.recipes.choose`), and every later
+# `sweep:` grid, on the first seed, by retrieval R@1 on the validation pairs (`lib.core.recipes.choose`; not by
+# the loss, which a learned temperature can lower without better embeddings), and every later
 # run of that method (seeds, diagnosis, data-size curve, ablations) takes it.
 
 # %%
 configs, recipe_rows = three_towers.choose_recipes(cfg, data) if not quick else ({}, [])
 if recipe_rows:
-    display(pd.DataFrame(recipe_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
-            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
-            .set_caption("Each candidate's validation loss (first seed); chosen = used for every seed"))
+    display(notebook.recipe_table(recipe_rows, "validation R@1 %",
+                                  "Each candidate's validation retrieval R@1, both directions (first seed); chosen = used for every seed"))
 
 # %%
 runs = Runs()

@@ -333,20 +333,18 @@ notebook.show_source(viterb.unseen_score)
 # The runs: every language model × text type × dataset × seed (the main grid), plus four smaller studies
 # described below (a shuffled-text control, the encoder's other pooling, the bare class name, a second
 # vision model).
-
 #
 # **A recipe per language model.** Features of different models differ in scale and spread, and one shared
 # learning rate would favour the models it happens to suit. So each model's (and pooling's) learning rate is
 # chosen on the validation images of the *seen* classes (never the unseen ones) from the config's `sweep:` grid,
-# on the first score dataset's class names and the first seed, by the lowest validation loss
-# (`lib.core.recipes.choose`), and every run of that model takes it.
+# on the first score dataset's class names and the first seed, by their mean per-class accuracy among the seen
+# classes (`lib.core.recipes.choose`), and every run of that model takes it.
 
 # %%
 chosen, recipe_rows = viterb.choose_recipes(cfg, benches, feats) if not quick else ({}, [])
 if recipe_rows:
-    display(pd.DataFrame(recipe_rows).rename(columns={"weight_decay": "weight decay", "val_loss": "validation loss"})
-            .style.hide(axis="index").format({"lr": "{:.0e}", "weight decay": "{:.0e}", "validation loss": "{:.4f}"})
-            .set_caption("Each candidate's best validation loss (first seed); chosen = used for every run of the model"))
+    display(notebook.recipe_table(recipe_rows, "seen-class validation accuracy %",
+                                  "Each candidate's mean per-class accuracy on the seen classes' validation images (first seed); chosen = used for every run of the model"))
 
 # %%
 runs = Runs()

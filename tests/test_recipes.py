@@ -23,14 +23,14 @@ def test_the_grid_is_every_pair_with_the_configured_recipe_first_and_nothing_els
     assert [(t.lr, t.weight_decay) for t in only_lr] == [(1e-4, 1e-4), (1e-2, 1e-4)]  # an empty axis keeps its value
 
 
-def test_the_lowest_validation_loss_wins_ties_go_to_the_configured_recipe_and_unjudged_runs_never_win():
-    losses = {(1e-3, 1e-4): 2.0, (3e-4, 1e-4): 2.0, (3e-3, 1e-4): 1.5, (1e-2, 1e-4): None}
-    best, record = choose(BASE, SweepConfig(lr=(3e-4, 1e-3, 3e-3, 1e-2)), lambda t: losses[(t.lr, t.weight_decay)])
+def test_the_highest_validation_score_wins_ties_go_to_the_configured_recipe_and_unjudged_runs_never_win():
+    scores = {(1e-3, 1e-4): 0.2, (3e-4, 1e-4): 0.2, (3e-3, 1e-4): 0.5, (1e-2, 1e-4): None}
+    best, record = choose(BASE, SweepConfig(lr=(3e-4, 1e-3, 3e-3, 1e-2)), lambda t: scores[(t.lr, t.weight_decay)])
     assert best.lr == 3e-3 and [r["chosen"] for r in record].count(True) == 1
-    assert next(r for r in record if r["lr"] == 1e-2)["val_loss"] is None
+    assert next(r for r in record if r["lr"] == 1e-2)["score"] is None
     tie, _ = choose(BASE, SweepConfig(lr=(3e-4, 1e-3)), lambda t: 2.0)
     assert tie.lr == BASE.lr
-    with pytest.raises(RuntimeError, match="finite validation loss"):
+    with pytest.raises(RuntimeError, match="finite validation score"):
         choose(BASE, SweepConfig(lr=(3e-4, 1e-3)), lambda t: float("nan"))
 
 
@@ -49,7 +49,11 @@ def test_a_bad_grid_names_the_field_and_an_example(field, value, message):
 
 def test_on_real_training_a_learning_rate_too_small_to_move_loses_to_one_that_learns():
     """A ShareLock head on synthetic pairs whose text is a noisy linear image of the image features: at lr 1e-6 the
-    head barely leaves its initialisation, at 3e-3 it aligns; the sweep must pick the one that learned."""
+    head barely leaves its initialisation, at 3e-3 it aligns; scored by validation retrieval, the sweep must pick
+    the one that learned."""
+    from lib.core.evaluate import retrieval
+    from lib.core.recipes import retrieval_score
+
     generator = torch.Generator().manual_seed(0)
     image = torch.randn(512, 16, generator=generator)
     text = image @ torch.randn(16, 24, generator=generator) + 0.1 * torch.randn(512, 24, generator=generator)
@@ -58,29 +62,37 @@ def test_on_real_training_a_learning_rate_too_small_to_move_loses_to_one_that_le
     def run(settings):
         torch.manual_seed(0)
         method = ShareLock(24, 16, HeadConfig(hidden_dim=32, num_layers=2, dropout=0.0), LossConfig())
-        return fit(method, train, val, settings, seed=0).best_val_loss
+        fit(method, train, val, settings, seed=0)
+        return retrieval_score(retrieval(method, val["image"], val["text"]))
 
     best, record = choose(BASE, SweepConfig(lr=(1e-6, 3e-3), extend=0), run)
     assert best.lr == 3e-3, record
-    slow, fast = (next(r["val_loss"] for r in record if r["lr"] == lr) for lr in (1e-6, 3e-3))
-    assert fast < slow - 0.1, record
+    slow, fast = (next(r["score"] for r in record if r["lr"] == lr) for lr in (1e-6, 3e-3))
+    assert fast > slow + 0.2, record
+
+
+def test_the_retrieval_score_is_the_mean_of_both_directions_r_at_1():
+    from lib.core.recipes import retrieval_score
+
+    assert retrieval_score({"image_retrieval_recall@1": 0.2, "text_retrieval_recall@1": 0.4, "x": 9}) == \
+        pytest.approx(0.3)
 
 
 def test_a_best_on_the_grids_edge_grows_the_grid_by_its_own_step_until_it_is_inside():
-    """A validation loss with its minimum at lr 1e-2, beyond a grid that stops at 1e-3: the grid grows upwards by its
+    """A validation score with its peak at lr 1e-2, beyond a grid that stops at 1e-3: the grid grows upwards by its
     own step (x 3.33) while the best is its top; with too few extensions the choice is flagged as still on the edge."""
     import math
 
-    def loss(settings):
-        return (math.log10(settings.lr) - math.log10(1e-2)) ** 2
+    def score(settings):
+        return -(math.log10(settings.lr) - math.log10(1e-2)) ** 2
 
     grid = (1e-4, 3e-4, 1e-3)
-    short, record = choose(BASE, SweepConfig(lr=grid, extend=1), loss)
+    short, record = choose(BASE, SweepConfig(lr=grid, extend=1), score)
     assert short.lr == pytest.approx(1e-3 * 10 / 3) and [r["extended"] for r in record] == [False] * 3 + [True]
     assert next(r for r in record if r["chosen"])["at_edge"]
-    best, record = choose(BASE, SweepConfig(lr=grid, extend=3), loss)
+    best, record = choose(BASE, SweepConfig(lr=grid, extend=3), score)
     assert best.lr == pytest.approx(1e-3 * (10 / 3) ** 2)  # 1.1e-2: the next one up (3.7e-2) is worse
     chosen = [r for r in record if r["chosen"]]
     assert len(chosen) == 1 and not chosen[0]["at_edge"] and sum(r["extended"] for r in record) == 3
-    low, record = choose(BASE, SweepConfig(lr=(3e-2, 1e-1)), loss)  # the bottom edge grows downwards
+    low, record = choose(BASE, SweepConfig(lr=(3e-2, 1e-1), extend=2), score)  # the bottom edge grows downwards
     assert low.lr == pytest.approx(3e-2 * 0.3) and min(r["lr"] for r in record) == pytest.approx(3e-2 * 0.09)

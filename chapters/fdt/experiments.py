@@ -180,13 +180,19 @@ def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, 
 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
-    """Each head's recipe (``fdt``, ``pooled``) chosen over ``cfg.sweep`` on the validation pairs, first seed
-    (:func:`lib.core.recipes.choose`); the variants take FDT's. Returns the recipes and one row per candidate."""
+    """Each head's recipe (``fdt``, ``pooled``) chosen over ``cfg.sweep`` by retrieval R@1 on the validation pairs,
+    first seed (:func:`lib.core.recipes.choose`); the variants take FDT's. Returns the recipes and one row per
+    candidate."""
+
+    def score(kind: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
+        head = _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, settings)[1]
+        return recipes.retrieval_score(retrieval(head.encode_image, head.encode_text, feats.image(bench.val),
+                                                 feats.captions(bench.val), batch_size=cfg.eval_batch_size,
+                                                 device=cfg.device))
+
     chosen, record = {}, []
     for kind in ("fdt", "pooled"):
-        chosen[kind], rows = recipes.choose(
-            cfg.train, cfg.sweep,
-            lambda t, kind=kind: _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, t)[0].best_val_loss)
+        chosen[kind], rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: score(kind, t))
         record += [{"method": "FDT" if kind == "fdt" else "pooled", **r} for r in rows]
     return chosen, record
 

@@ -157,13 +157,15 @@ def run_key(row: dict, cfg: Config) -> str:
 
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int = 0, *,
-                       k: int | None = None, loss: str | None = None) -> tuple[dict, object, nn.Module]:
+                       k: int | None = None, loss: str | None = None,
+                       score_val: bool = False) -> tuple[dict, object, nn.Module]:
     """Train one method on the training pairs (best weights on the validation pairs) and evaluate it on the
     unseen concepts: zero-shot, caption retrieval, and zero-shot with the labels of every locale.
 
     ``kind``: ``"flame"`` (its first ``k`` facets, ``loss``), ``"scratch"`` or a baseline's model name. FLAME
     embeds short texts under :data:`SHORT_TEXT_FACET` only (paper §4.1) and reports the average over its k
-    facets as ``zero-shot-avg``. Returns the row (for :class:`lib.core.results.Runs`), the
+    facets as ``zero-shot-avg``. ``score_val`` adds ``val/retrieval_score``, the validation pairs' retrieval R@1
+    (a recipe sweep's score, :func:`choose_recipes`). Returns the row (for :class:`lib.core.results.Runs`), the
     :class:`~lib.core.train.TrainResult` and the trained method.
     """
     K = len(cfg.text.facets)
@@ -219,6 +221,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
             row.update({f"zero-shot-avg/{m}": v for m, v in found.items()})
     found = retrieval(model, feats.image("retrieval"), long_text("retrieval"))
     row.update({f"retrieval/{m}": v for m, v in found.items()})
+    if score_val:
+        row["val/retrieval_score"] = recipes.retrieval_score(retrieval(model, feats.image("val"), long_text("val")))
     with torch.no_grad():  # hubness: the share of captions whose nearest image is the most often retrieved one
         nearest = (model.embed_text(long_text("retrieval")) @ model.embed_image(feats.image("retrieval")).T).argmax(1)
     row["retrieval/hub_share"] = float(nearest.bincount().max()) / len(nearest)
@@ -246,13 +250,14 @@ def run(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: 
 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kinds) -> tuple[dict, list[dict]]:
-    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by the lowest
-    validation loss (:func:`lib.core.recipes.choose`). Returns ``{kind: the config with that recipe}`` (what every
+    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by their retrieval R@1
+    (:func:`lib.core.recipes.choose`). Returns ``{kind: the config with that recipe}`` (what every
     later run of the method takes: seeds, ablations, data-size curve) and one row per candidate."""
     configs, record = {}, []
     for kind in kinds:
         best, rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: train_and_evaluate(
-            dataclasses.replace(cfg, train=t), bench, feats, kind, cfg.seeds[0])[1].best_val_loss)
+            dataclasses.replace(cfg, train=t), bench, feats, kind, cfg.seeds[0], score_val=True)[0]
+            ["val/retrieval_score"])
         configs[kind] = dataclasses.replace(cfg, train=best)
         record += [{"method": "flame" if kind == "flame" else "scratch" if kind == "scratch" else
                     f"sharelock/{short(kind)}", **r} for r in rows]

@@ -178,19 +178,27 @@ def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextM
 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
-    """Each method's recipe, chosen on the validation concepts (:func:`lib.core.recipes.choose`): every head kind
-    over ``cfg.sweep`` on the main pair, LiT over ``cfg.lit.sweep``, each on the first seed. Returns
+    """Each method's recipe, chosen on the validation concepts by their image-caption retrieval R@1
+    (:func:`lib.core.recipes.choose`): every head kind over ``cfg.sweep`` on the main pair, LiT over
+    ``cfg.lit.sweep``, each on the first seed. Returns
     ``{"mlp": ..., "linear": ..., "lit": ...}`` and one record row per candidate trained."""
     seed, text, vision = cfg.seeds[0], cfg.text[0], cfg.vision[0]
+    val_image = feats.image(vision, bench.val)
+
+    def head_score(kind: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
+        method = _fit_head(cfg, bench, feats, text, vision, kind, seed, settings)[1]
+        return recipes.retrieval_score(retrieval(method, val_image, feats.captions(text, bench.val)))
+
+    def lit_score(settings: TrainSettings) -> float:
+        _, method, text_of = _fit_lit(cfg, bench, feats, vision, seed, settings)
+        return recipes.retrieval_score(retrieval(method, val_image, text_of(bench.val, False)))
+
     chosen, record = {}, []
     for kind in ("mlp", "linear"):
-        chosen[kind], rows = recipes.choose(
-            cfg.train, cfg.sweep,
-            lambda t, kind=kind: _fit_head(cfg, bench, feats, text, vision, kind, seed, t)[0].best_val_loss)
+        chosen[kind], rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: head_score(kind, t))
         record += [{"method": kind, **r} for r in rows]
     if cfg.lit.enabled:
-        chosen["lit"], rows = recipes.choose(cfg.lit.train, cfg.lit.sweep,
-                                             lambda t: _fit_lit(cfg, bench, feats, vision, seed, t)[0].best_val_loss)
+        chosen["lit"], rows = recipes.choose(cfg.lit.train, cfg.lit.sweep, lit_score)
         record += [{"method": "lit", **r} for r in rows]
     return chosen, record
 

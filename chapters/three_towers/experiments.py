@@ -213,15 +213,17 @@ def _fit_method(cfg: Config, data: Inputs, variant: str, seed: int, settings: Tr
 
 
 def choose_recipes(cfg: Config, data: Inputs) -> tuple[dict[str, Config], list[dict]]:
-    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by the lowest
-    validation loss (:func:`lib.core.recipes.choose`). Returns ``{variant: the config with that recipe}`` (what
+    """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by their retrieval R@1
+    (:func:`lib.core.recipes.choose`). Returns ``{variant: the config with that recipe}`` (what
     every later run of the method takes: its budget rule and data-size curve follow from it) and one row per
     candidate."""
+    def score(variant: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
+        method = _fit_method(cfg, data, variant, cfg.seeds[0], settings)[1]
+        return recipes.retrieval_score(tt.retrieval(method, data.val, data.val))
+
     configs, record = {}, []
     for variant in tt.VARIANTS:
-        best, rows = recipes.choose(
-            cfg.train, cfg.sweep,
-            lambda t, variant=variant: _fit_method(cfg, data, variant, cfg.seeds[0], t)[0].best_val_loss)
+        best, rows = recipes.choose(cfg.train, cfg.sweep, lambda t, variant=variant: score(variant, t))
         configs[variant] = dataclasses.replace(cfg, train=best)
         record += [{"method": variant, **r} for r in rows]
     return configs, record

@@ -2,10 +2,15 @@
 
 Why: a comparison between two methods trained with one shared recipe measures partly how well that recipe suits
 each of them (a head that peaks at step 50 of 1,500 is over-trained or mis-tuned, not a worse method). So each
-method gets a small grid of learning rates and weight decays, trained once on the first seed; the candidate with
-the lowest validation loss (the quantity early stopping already watches, on the *validation* concepts, never the
-unseen ones) becomes that method's recipe for every seed. The step budget is then chosen the same way it always
-is: the weights of the best validation step are kept (``lib.core.train.fit``).
+method gets a small grid of learning rates and weight decays, trained once on the first seed, and the candidate
+with the best score on the *validation* set (never the unseen test concepts) becomes that method's recipe for every
+seed. The step budget is then chosen as always: the weights of the best validation step are kept
+(``lib.core.train.fit``).
+
+The score is the chapter's measure of what it tests, on validation items: retrieval R@1 between validation images
+and their captions (:func:`retrieval_score`), or classification of validation images. Not the validation loss: with
+a learned temperature a model can lower its loss by calibration alone, and a first version that chose by the loss
+picked a FLAME head (lr 0.027) whose embeddings had collapsed onto a few hubs.
 
 See notebooks/sharelock.py, section "Training the head".
 """
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 
 from lib.core.config import TrainSettings
 
-__all__ = ["SweepConfig", "candidates", "choose"]
+__all__ = ["SweepConfig", "candidates", "choose", "retrieval_score"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,7 @@ class SweepConfig:
 
     lr: tuple[float, ...] = ()
     weight_decay: tuple[float, ...] = ()
-    extend: int = 2  # learning rates tried past the grid's edge while the best lies on it (see choose)
+    extend: int = 1  # learning rates tried past the grid's edge while the best lies on it (see choose)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extend, int) or isinstance(self.extend, bool) or self.extend < 0:
@@ -60,36 +65,41 @@ def candidates(train: TrainSettings, sweep: SweepConfig) -> list[TrainSettings]:
     return sorted(grid, key=lambda t: (t.lr, t.weight_decay) != (train.lr, train.weight_decay))
 
 
+def retrieval_score(found: dict[str, float]) -> float:
+    """The mean of R@1 in both directions (``lib.core.evaluate.retrieval``'s keys): a sweep's score on pairs."""
+    return (found["image_retrieval_recall@1"] + found["text_retrieval_recall@1"]) / 2
+
+
 def choose(train: TrainSettings, sweep: SweepConfig,
            run: Callable[[TrainSettings], float | None]) -> tuple[TrainSettings, list[dict]]:
-    """The candidate whose ``run`` (one training on the first seed) returns the lowest validation loss, and the
-    record of every candidate (``lr``, ``weight_decay``, ``val_loss``, ``chosen``, ``extended``, ``at_edge``).
+    """The candidate whose ``run`` (one training on the first seed) returns the highest validation score, and the
+    record of every candidate (``lr``, ``weight_decay``, ``score``, ``chosen``, ``extended``, ``at_edge``).
 
     A best learning rate on the edge of the grid says the optimum may lie beyond it, so the grid grows on that side
     by its own step (the ratio of its two outermost values), with the best's weight decay, up to ``sweep.extend``
     times, while the best stays on the edge; ``at_edge`` marks a choice still on it when the extension is spent. A
-    run without a finite validation loss cannot be judged and is never chosen; the earlier candidate wins ties.
-    No sweep: ``train`` itself, no record."""
+    run without a finite score cannot be judged and is never chosen; the earlier candidate wins ties (the
+    configured recipe comes first). No sweep: ``train`` itself, no record."""
     if not sweep.enabled:
         return train, []
     record: list[dict] = []
 
     def judge(settings: TrainSettings, extended: bool) -> None:
-        loss = run(settings)
-        judged = loss is not None and math.isfinite(loss)
+        score = run(settings)
+        judged = score is not None and math.isfinite(score)
         record.append({"lr": settings.lr, "weight_decay": settings.weight_decay,
-                       "val_loss": float(loss) if judged else None, "chosen": False, "extended": extended,
+                       "score": float(score) if judged else None, "chosen": False, "extended": extended,
                        "at_edge": False})
 
     def best_row() -> dict | None:
-        judged = [r for r in record if r["val_loss"] is not None]
-        return min(judged, key=lambda r: r["val_loss"]) if judged else None  # min keeps the earliest of ties
+        judged = [r for r in record if r["score"] is not None]
+        return max(judged, key=lambda r: r["score"]) if judged else None  # max keeps the earliest of ties
 
     for settings in candidates(train, sweep):
         judge(settings, extended=False)
     best = best_row()
     if best is None:
-        raise RuntimeError("no candidate of the sweep reached a finite validation loss: check the validation set "
+        raise RuntimeError("no candidate of the sweep reached a finite validation score: check the validation set "
                            f"and the grid {record}")
     for _ in range(sweep.extend if len(set(sweep.lr)) > 1 else 0):
         lrs = sorted({r["lr"] for r in record})
