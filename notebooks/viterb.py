@@ -336,15 +336,15 @@ notebook.show_source(viterb.unseen_score)
 #
 # **A recipe per language model.** Features of different models differ in scale and spread, and one shared
 # learning rate would favour the models it happens to suit. So each model's (and pooling's) learning rate is
-# chosen on the validation images of the *seen* classes (never the unseen ones) from the config's `sweep:` grid,
-# on the first score dataset's class names and the first seed, by their mean per-class accuracy among the seen
-# classes (`lib.core.recipes.choose`), and every run of that model takes it.
+# chosen on the held-out *validation* classes (never the unseen ones) from the config's `sweep:` grid,
+# on the first score dataset's class names and the first seed, by the mean per-class accuracy of the held-out
+# validation classes' images among those classes (`lib.core.recipes.choose`), and every run of that model takes it.
 
 # %%
 chosen, recipe_rows = viterb.choose_recipes(cfg, benches, feats) if not quick else ({}, [])
 if recipe_rows:
-    display(notebook.recipe_table(recipe_rows, "seen-class validation accuracy %",
-                                  "Each candidate's mean per-class accuracy on the seen classes' validation images (first seed); chosen = used for every run of the model"))
+    display(notebook.recipe_table(recipe_rows, "validation-class accuracy %",
+                                  "Each candidate's mean per-class accuracy of the validation classes' images among them (first seed); chosen = used for every run of the model"))
 
 # %%
 runs = Runs()

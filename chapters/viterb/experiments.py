@@ -145,7 +145,7 @@ class ChapterFeatures:
 def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tensor, owner: Sequence[int],
                  bench: ClassBenchmark, classes: str = "unseen", images: str = "test") -> float:
     """ViTeRB's score: mean per-class accuracy of the test images, classified among the unseen classes only
-    (``classes="seen", images="val"``: the seen classes' validation images among the seen classes, a recipe
+    (``classes="val", images="val"``: the held-out validation classes' images among those classes, a recipe
     sweep's score).
 
     A class's score for an image is the **mean over its texts** of the image-text cosine (the paper
@@ -173,8 +173,8 @@ def recipe_key(text: TextModelConfig) -> str:
 
 def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures):
     """Each language model's recipe (every text model and pooling a run reads) chosen over ``cfg.sweep`` on the
-    validation images of the seen classes, on the first score dataset's class names, first seed, by their mean
-    per-class accuracy among the seen classes (:func:`lib.core.recipes.choose`): features of different models
+    held-out validation classes, on the first score dataset's class names, first seed, by the mean per-class
+    accuracy of their images among them (:func:`lib.core.recipes.choose`): features of different models
     differ in scale, and one shared learning rate would favour the models it suits. Returns
     ``{recipe_key: settings}`` and one row per candidate."""
     dataset, chosen, record = cfg.score_datasets[0], {}, []
@@ -190,7 +190,7 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
 def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec,
                     train: TrainSettings | None = None) -> dict:
     """Train a ShareLock head on the seen classes' (image, class text) pairs, early-stop on the val images,
-    score on the unseen classes (and, as ``val_score``, the val images among the seen classes); ``train``: the
+    score on the unseen classes (and, as ``val_score``, the val images among the validation classes); ``train``: the
     recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the run's row for
     :class:`lib.core.results.Runs`."""
     texts = feats.texts[(spec.dataset, spec.kind)]
@@ -218,7 +218,7 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
             "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
             "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
             "score": unseen_score(method, images, text_features, texts.owner, bench),
-            "val_score": unseen_score(method, images, text_features, texts.owner, bench, "seen", "val"),
+            "val_score": unseen_score(method, images, text_features, texts.owner, bench, "val", "val"),
             "chance": 1 / len(bench.classes("unseen")), "lr": settings.lr, "weight_decay": settings.weight_decay,
             "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
             "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
