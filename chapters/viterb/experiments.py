@@ -143,10 +143,10 @@ class ChapterFeatures:
 
 @torch.no_grad()
 def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tensor, owner: Sequence[int],
-                 bench: ClassBenchmark, classes: str = "unseen", images: str = "test") -> float:
+                 bench: ClassBenchmark, images: str = "test") -> float:
     """ViTeRB's score: mean per-class accuracy of the test images, classified among the unseen classes only
-    (``classes="val", images="val"``: the held-out validation classes' images among those classes, a recipe
-    sweep's score).
+    (``images="val"``: the validation images among the classes they show, a recipe sweep's score: the held-out
+    validation classes where the split has them, the seen classes' held-out images where it does not).
 
     A class's score for an image is the **mean over its texts** of the image-text cosine (the paper
     averages class scores over all class-specific texts). The mean of dot products is the dot product with
@@ -154,7 +154,8 @@ def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tens
     """
     method.eval()
     device = next(method.parameters()).device
-    unseen, test = bench.classes(classes), bench.images(images)
+    test = bench.images(images)
+    unseen = bench.classes("unseen") if images == "test" else sorted({bench.image_labels[i] for i in test})
     position = {c: i for i, c in enumerate(unseen)}
     keep = [t for t, c in enumerate(owner) if c in position]
     classes = torch.tensor([position[owner[t]] for t in keep], device=device)
@@ -190,7 +191,7 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
 def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec,
                     train: TrainSettings | None = None) -> dict:
     """Train a ShareLock head on the seen classes' (image, class text) pairs, early-stop on the val images,
-    score on the unseen classes (and, as ``val_score``, the val images among the validation classes); ``train``: the
+    score on the unseen classes (and, as ``val_score``, the val images among their classes); ``train``: the
     recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the run's row for
     :class:`lib.core.results.Runs`."""
     texts = feats.texts[(spec.dataset, spec.kind)]
@@ -218,7 +219,7 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
             "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
             "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
             "score": unseen_score(method, images, text_features, texts.owner, bench),
-            "val_score": unseen_score(method, images, text_features, texts.owner, bench, "val", "val"),
+            "val_score": unseen_score(method, images, text_features, texts.owner, bench, "val"),
             "chance": 1 / len(bench.classes("unseen")), "lr": settings.lr, "weight_decay": settings.weight_decay,
             "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
             "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
