@@ -272,23 +272,32 @@ plt.show()
 #
 # **A recipe per method.** One shared recipe would favour whichever method it happens to suit, so each method
 # gets its own, chosen on the *validation* concepts (never the unseen ones; `lib.core.recipes.choose`): a small
-# grid of learning rates and weight decays (`sweep:` in the config; LiT has its own, `lit.sweep`), each candidate
-# trained once on the first seed with the main pair, and the one whose validation images and captions find each
+# grid of learning rates (`sweep:` in the config; LiT has its own, `lit.sweep`), each candidate trained once on
+# the first seed for every setting below (text model, vision model, head: features differ in scale from model
+# to model), and the one whose validation images and captions find each
 # other best (retrieval R@1, both directions) kept for every seed. The step budget is then chosen as always, by
 # early stopping on the same validation concepts. Not the validation loss: with a learned temperature a model
 # can lower its loss by calibration alone (FLAME's chapter shows a collapsed head that a loss-based choice picked).
 
 # %%
-chosen, sweep_rows = (sharelock.choose_recipes(cfg, bench, feats) if not quick else
-                      ({"mlp": cfg.train, "linear": cfg.train, "lit": cfg.lit.train}, []))
+chosen, sweep_rows = sharelock.choose_recipes(cfg, bench, feats,  # quick: the main head only
+                                              [(text_main, vision_main, "mlp")] if quick else None)
+
+
+def recipe(text, vision, kind):
+    """The head's recipe: chosen for its setting, or the config's in a quick run."""
+    return chosen.get(sharelock.recipe_key(text, vision, kind), cfg.train)
+
+
 if sweep_rows:
     display(notebook.recipe_table(sweep_rows, "validation R@1 %",
-                                  "Each candidate's validation retrieval R@1, both directions (first seed, main pair); chosen = used for every seed"))
+                                  "Each candidate's validation retrieval R@1, both directions (first seed); chosen = used for every seed"))
 
 # %%
 runs = Runs()
 row, main_result, method_main = sharelock.train_and_evaluate(cfg, bench, feats, text_main, vision_main,
-                                                             seed=cfg.seeds[0], train=chosen["mlp"])
+                                                             seed=cfg.seeds[0],
+                                                             train=recipe(text_main, vision_main, "mlp"))
 runs.add(row)
 curve = main_result.history_frame()
 fig, axis = plt.subplots(figsize=(7, 3.4))
@@ -360,13 +369,13 @@ else:
 grid = [(t, v, kind, seed) for seed in cfg.seeds for t, v, kind in sharelock.grid(cfg)]
 trained = {(text_main.name, vision_main.name, "mlp"): method_main}  # first seed's heads, for the ablations
 for t, v, kind, seed in grid[1:] if not quick else []:
-    row, _, method = sharelock.train_and_evaluate(cfg, bench, feats, t, v, kind, seed, train=chosen[kind])
+    row, _, method = sharelock.train_and_evaluate(cfg, bench, feats, t, v, kind, seed, train=recipe(t, v, kind))
     runs.add(row)
     if seed == cfg.seeds[0]:
         trained[(t.name, v.name, kind)] = method
 for seed in cfg.seeds[:1] if quick else cfg.seeds:
     runs.add(sharelock.train_and_evaluate(cfg, bench, feats, text_main, vision_main, "mlp", seed,
-                                          shuffle_captions=True, train=chosen["mlp"])[0])
+                                          shuffle_captions=True, train=recipe(text_main, vision_main, "mlp"))[0])
 
 # %% [markdown]
 # ## The LiT baseline
@@ -392,7 +401,8 @@ notebook.show_source(LiT)
 # %%
 lit_results = {}
 for seed in (cfg.seeds if cfg.lit.enabled and not quick else []):
-    row, lit_results[seed], _ = sharelock.train_lit(cfg, bench, feats, vision_main, seed, train=chosen["lit"])
+    row, lit_results[seed], _ = sharelock.train_lit(cfg, bench, feats, vision_main, seed,
+                                                    train=chosen.get("lit", cfg.lit.train))
     runs.add(row)
 if lit_results:
     head_best = {r["seed"]: r["best_step"] for r in runs.where(head="mlp", control="", text=sharelock.short(text_main.name),
@@ -596,7 +606,7 @@ features.release_encoders()
 # | text tower | Llama-3-8B, last token, after the final norm | same, fp32, untruncated | small: Gemma 3 270M (last token), MiniLM-L6 (mean); medium: also SmolLM2-135M and Qwen2.5-Coder-0.5B-Instruct (last token), MiniLM-L3 and mpnet-base (mean); full: Llama-3-8B, stored fp16, truncated at 77 tokens |
 # | head | 4-layer MLP, hidden 4096, BN/ReLU/Dropout | same | same design; hidden 512 in the small and medium configs |
 # | LiT baseline | pretrained BERT tuned end to end on the locked DINOv2 features (§6.1) | — | small and medium: all-MiniLM-L6-v2 tuned end to end, lr chosen from 3e-5 / 1e-4 / 3e-4 on the validation concepts (20 / at most 100 steps, the best validation step kept); full: BERT-base-uncased at lr 1e-4, micro-batches of 1,024 |
-# | recipe | lr 1e-3, weight decay 1e-4 (§6.1) | same | small and medium: each method's lr and weight decay chosen on the validation concepts (`sweep:`, first seed); full: the paper's |
+# | recipe | lr 1e-3, weight decay 1e-4 (§6.1) | same | small and medium: each setting's lr chosen on the validation concepts (`sweep:`, first seed); full: the paper's |
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; medium: 512; full: a true 16,384 per loss |
 # | validation | until convergence on a validation split | every 500 Lightning batches of 1,024 (~512k pairs, ~31 optimiser steps) on a 50,000-pair validation split, patience 50, min_delta 0.1 | small: every 20 steps, patience 6; medium: every 50, patience 6; full: every 250 steps, patience 10 |

@@ -29,6 +29,7 @@ from chapters.sharelock.experiments import (
     held_out_groups,
     metric_labels,
     prompt_sets,
+    recipe_key,
     setting_label,
     short,
     stuck_runs,
@@ -48,7 +49,7 @@ from chapters.sharelock.verdicts import (
 __all__ = [
     "NAME", "LiTConfig", "Config", "load_config", "benchmark", "short", "metric_labels", "HEAD_LABELS",
     "setting_label", "prompt_sets", "feature_plan", "ChapterFeatures", "grid", "build", "train_and_evaluate",
-    "choose_recipes", "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS", "curve_frame",
-    "style_diagnostics",
+    "choose_recipes", "recipe_key", "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS",
+    "curve_frame", "style_diagnostics",
     "claims", "findings", "head_comparison", "method_diagram",
 ]

@@ -177,29 +177,45 @@ def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, text: TextM
     return result, method, text_train
 
 
-def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
+def recipe_key(text: TextModelConfig, vision: VisionModelConfig, kind: str) -> str:
+    """Which recipe a head takes: one per setting of the grid, ``"gemma-3-270m + efficientnet-lite0, mlp"``."""
+    return f"{short(text.name)} + {short(vision.name)}, {kind}"
+
+
+def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures,
+                   settings: list | None = None) -> tuple[dict[str, TrainSettings], list]:
     """Each method's recipe, chosen on the validation concepts by their image-caption retrieval R@1
-    (:func:`lib.core.recipes.choose`): every head kind over ``cfg.sweep`` on the main pair, LiT over
-    ``cfg.lit.sweep``, each on the first seed. Returns
-    ``{"mlp": ..., "linear": ..., "lit": ...}`` and one record row per candidate trained."""
-    seed, text, vision = cfg.seeds[0], cfg.text[0], cfg.vision[0]
-    val_image = feats.image(vision, bench.val)
+    (:func:`lib.core.recipes.choose`), on the first seed: every setting of :func:`grid` (text model, vision model,
+    head kind: the features' scale differs from model to model) over ``cfg.sweep``, and LiT over
+    ``cfg.lit.sweep``; ``settings``: only these (text, vision, kind), no LiT (a quick run's main pair). A candidate
+    that keeps its first evaluation has not trained (:func:`stuck_runs`' rule) and is never chosen. Returns
+    ``{recipe_key(...) or "lit": settings}`` and one record row per candidate."""
+    seed = cfg.seeds[0]
 
-    def head_score(kind: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
-        method = _fit_head(cfg, bench, feats, text, vision, kind, seed, settings)[1]
-        return recipes.retrieval_score(retrieval(method, val_image, feats.captions(text, bench.val)))
+    def head_score(text, vision, kind: str, settings: TrainSettings) -> float | None:  # validation R@1
+        result, method, _ = _fit_head(cfg, bench, feats, text, vision, kind, seed, settings)
+        if stuck({"best_step": result.best_step, "first_eval": min(settings.eval_every, settings.steps)}):
+            return None  # kept its first evaluation: by the chapter's rule it has not trained (never chosen)
+        return recipes.retrieval_score(retrieval(method, feats.image(vision, bench.val),
+                                                 feats.captions(text, bench.val)))
 
-    def lit_score(settings: TrainSettings) -> float:
-        _, method, text_of = _fit_lit(cfg, bench, feats, vision, seed, settings)
-        return recipes.retrieval_score(retrieval(method, val_image, text_of(bench.val, False)))
+    def lit_score(settings: TrainSettings) -> float | None:
+        result, method, text_of = _fit_lit(cfg, bench, feats, cfg.vision[0], seed, settings)
+        if stuck({"best_step": result.best_step, "first_eval": min(settings.eval_every, settings.steps)}):
+            return None
+        return recipes.retrieval_score(retrieval(method, feats.image(cfg.vision[0], bench.val),
+                                                 text_of(bench.val, False)))
 
     chosen, record = {}, []
-    for kind in ("mlp", "linear"):
-        chosen[kind], rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: head_score(kind, t))
-        record += [{"method": kind, **r} for r in rows]
-    if cfg.lit.enabled:
+    for text, vision, kind in settings if settings is not None else grid(cfg):
+        key = recipe_key(text, vision, kind)
+        chosen[key], rows = recipes.choose(cfg.train, cfg.sweep,
+                                           lambda t, text=text, vision=vision, kind=kind: head_score(text, vision,
+                                                                                                     kind, t))
+        record += [{"setting": key, **r} for r in rows]
+    if cfg.lit.enabled and settings is None:
         chosen["lit"], rows = recipes.choose(cfg.lit.train, cfg.lit.sweep, lit_score)
-        record += [{"method": "lit", **r} for r in rows]
+        record += [{"setting": f"{short(cfg.lit.text.name)} tuned (LiT)", **r} for r in rows]
     return chosen, record
 
 
@@ -284,7 +300,7 @@ def stuck_runs(runs: Runs) -> list[dict]:
 def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
                     texts: list[TextModelConfig], chosen: dict[str, TrainSettings] | None = None) -> Runs:
     """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, every
-    seed, each head kind with its recipe (``chosen``, from :func:`choose_recipes`): does the gap open, close or flip
+    seed, each head with its recipe (``chosen``, from :func:`choose_recipes`): does the gap open, close or flip
     as data grows? Rows already in ``runs`` at the whole set are reused, not retrained. See notebooks/sharelock.py,
     "More data"."""
     chosen = chosen or {}
@@ -299,7 +315,7 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
                                                   control="") if r["train_pairs"] == size]
                     curve.add(done[0] if done else
                               train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size,
-                                                 train=chosen.get(kind))[0])
+                                                 train=chosen.get(recipe_key(t, vision, kind)))[0])
     return curve
 
 
