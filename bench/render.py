@@ -95,8 +95,7 @@ def machine_of(report: dict) -> dict:
         return report["machine_info"]
     if isinstance(report.get("steps"), dict):  # tools/gpu_check.py: its environment step, when it ran
         found = (report["steps"].get("environment") or {}).get("result")
-        return found or {"device": "cuda", "gpu": (f"{report['nvidia_smi']} (its log's nvidia-smi line)"
-                                                   if report.get("nvidia_smi") else None)}
+        return found or {"device": "cuda", "gpu": report.get("nvidia_smi")}  # the card, from its log
     return {"arch": report.get("machine"), "cpu_count": report.get("cpu_count"),
             "torch_threads": report.get("threads"), "torch": report.get("torch"),
             "python": report.get("python"), "device": report.get("device", "cpu")}
