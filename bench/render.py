@@ -72,7 +72,7 @@ def _nvidia_smi(log: str) -> str | None:
 
 def _name(item: tuple[str, dict]) -> str:
     stem = item[0].split("/")[-1]
-    return item[1].get("benchmark") or ("gpu_check" if stem.startswith("gpu_check") else stem)
+    return item[1].get("benchmark") or ("gpu_check" if stem.startswith(("gpu_check", "check-")) else stem)
 
 
 def ratios_of(name: str, report: dict) -> list[dict]:
