@@ -135,11 +135,14 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 def machines_section(loaded) -> list[str]:
     rows = []
     for label, report in loaded:
+        if "steps" in report and "environment" not in report["steps"]:
+            continue  # an early GPU check without its environment step: its card is named in its own section
         m = machine_of(report)
         cpu = m.get("cpu") or m.get("arch")
         cores = m.get("cpu_count") if m.get("cpus_usable") in (None, m.get("cpu_count")) else \
             f"{m.get('cpus_usable')} of {m.get('cpu_count')}"
-        rows.append([f"`{label}.json`", cpu, cores, m.get("torch_threads"), m.get("torch"), m.get("gpu") or "none",
+        gpu = (m.get("gpu") or "none").removeprefix("NVIDIA ")  # "H200": the column fits the page
+        rows.append([f"`{label}.json`", cpu, cores, m.get("torch_threads"), m.get("torch"), gpu,
                      m.get("date"), m.get("load_average_1min")])
     return ["## The machines", "",
             "Each result file records the machine it was measured on. The load average (processes "
@@ -330,7 +333,8 @@ def _first_line(error: str) -> str:
 
 
 def gpu_check_section(report) -> list[str]:
-    """``tools/gpu_check.py``'s record: each step's seconds and outcome; the rehearsals chapter by chapter."""
+    """``tools/gpu_check.py``'s record: the card, each step's seconds and outcome; the rehearsals chapter by
+    chapter."""
     rehearsals = (report["steps"].get("rehearsals") or {}).get("result")
 
     def outcome(name, step):
@@ -342,7 +346,10 @@ def gpu_check_section(report) -> list[str]:
         return "ok"
 
     rows = [[name, fmt(step["seconds"]), outcome(name, step)] for name, step in report["steps"].items()]
-    lines = table(["step", "seconds", "outcome"], rows)
+    card = machine_of(report).get("gpu")
+    lines = ([f"Card: {card}" + ("" if "environment" in report["steps"] else " (the nvidia-smi line of its log; this "
+                                 "early run did not record its environment)"), ""] if card else [])
+    lines += table(["step", "seconds", "outcome"], rows)
     if rehearsals:
         lines += ["", "Each chapter's full config rehearsed on the GPU (stand-in models with the full configs' "
                   "float16, bf16 autocast, one torchrun rank per GPU; `tools/standins.py`), after "
