@@ -46,16 +46,7 @@ pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
 @pytest.fixture(scope="session")
 def world(tmp_path_factory):
     """Stand-in models, released-layout downloads and the prepared datasets, shared by every rehearsal."""
-    root = tmp_path_factory.mktemp("rehearsal-world")
-    hf = standins.build_models(root / "hf")
-    downloads = root / "downloads"
-    standins.build_downloads(downloads)
-    data = root / "data"
-    env = standins.rehearsal_env(root, hf_cache=hf, data=data)
-    env["PYTHONPATH"] = str(ROOT)
-    names = dict.fromkeys(d for chapter in CHAPTERS for d in standins.CHAPTER_DATA[chapter])
-    standins.prepare_all(names, downloads, data, env, ROOT, PYTHON)
-    return {"hf": hf, "downloads": downloads, "data": data}
+    return standins.build_world(tmp_path_factory.mktemp("rehearsal-world"), CHAPTERS, ROOT, PYTHON)
 
 
 def _rehearse(chapter: str, world, root: Path, **kwargs) -> dict:

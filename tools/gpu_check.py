@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 import traceback
@@ -141,13 +140,7 @@ def rehearsals(device: str, world: Path, deadline_s: float, chapters=REHEARSAL_O
     from tools import standins
 
     start = time.perf_counter()
-    hf = standins.build_models(world / "hf")
-    downloads = world / "downloads"
-    standins.build_downloads(downloads)
-    env = standins.rehearsal_env(world, hf_cache=hf, data=world / "data")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    names = dict.fromkeys(d for chapter in chapters for d in standins.CHAPTER_DATA[chapter])
-    standins.prepare_all(names, downloads, world / "data", env, ROOT, sys.executable)
+    built = standins.build_world(world, chapters, ROOT, sys.executable)
     out = {"world_seconds": round(time.perf_counter() - start, 1), "chapters": {}}
     papermill = str(Path(sys.executable).with_name("papermill"))
     papermill = papermill if Path(papermill).exists() else shutil.which("papermill") or "papermill"
@@ -158,9 +151,9 @@ def rehearsals(device: str, world: Path, deadline_s: float, chapters=REHEARSAL_O
         standins.TIMES.clear()
         began = time.perf_counter()
         try:
-            metrics = standins.rehearse(chapter, world / chapter, hf_cache=hf, downloads=downloads,
-                                        data=world / "data", repo=ROOT, python=sys.executable, papermill=papermill,
-                                        device=device)
+            metrics = standins.rehearse(chapter, world / chapter, hf_cache=built["hf"],
+                                        downloads=built["downloads"], data=built["data"], repo=ROOT,
+                                        python=sys.executable, papermill=papermill, device=device)
             out["chapters"][chapter] = {
                 "ok": True, "seconds": round(time.perf_counter() - began, 1), "steps": dict(standins.TIMES),
                 "notebook_seconds": metrics.get("seconds"), "runs": len(metrics.get("runs", [])),

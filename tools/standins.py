@@ -606,6 +606,22 @@ def prepare_all(names, downloads: Path, data: Path, env: dict, cwd: Path, python
                  "--skip-checksums"], env, cwd, f"prepare {name}")
 
 
+def build_world(root: Path, chapters, repo: Path, python: str) -> dict[str, Path]:
+    """Everything the rehearsals of ``chapters`` share, under ``root``: the stand-in models (``hf``), the
+    released-layout downloads and the prepared datasets (``data``). Used by tests/test_rehearsal.py and the GPU
+    check (tools/gpu_check.py)."""
+    root = Path(root)
+    hf = build_models(root / "hf")
+    downloads = root / "downloads"
+    build_downloads(downloads)
+    data = root / "data"
+    env = rehearsal_env(root, hf_cache=hf, data=data)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    prepare_all(dict.fromkeys(d for chapter in chapters for d in CHAPTER_DATA[chapter]), downloads, data, env, repo,
+                python)
+    return {"hf": hf, "downloads": downloads, "data": data}
+
+
 def class_texts_for_viterb(env: dict, cwd: Path, python: str) -> None:
     """ViTeRB's full config reads generated class texts and, for AWA2 / CUB / FGVC-Aircraft, reference articles. The
     generator runs for real (tools/generate_class_texts.py with the stand-in of Llama-3-8B-Instruct) on AWA2; for the
@@ -643,7 +659,9 @@ def rehearse(chapter: str, root: Path, *, hf_cache: Path, downloads: Path, data:
     if chapter == "viterb":
         class_texts_for_viterb(env, copy, python)
     overrides = rehearsal_overrides(chapter, copy, device)
-    ranks = "2" if device == "cpu" else str(max(1, __import__("torch").cuda.device_count()))
+    import torch
+
+    ranks = "2" if device == "cpu" else str(max(1, torch.cuda.device_count()))
     log = {"preflight": run([python, "-m", "provision.preflight", "--chapter", chapter, "--config", "full",
                              "--overrides", overrides], env, copy, "pre-flight")}
     log["precompute"] = run([python, "-m", "torch.distributed.run", "--nproc_per_node", ranks, "--rdzv-backend",
