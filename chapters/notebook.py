@@ -130,14 +130,16 @@ def show_source(obj, *, docstrings: bool = False):
     return Markdown(f"`{where}`\n\n```python\n{source_text(obj, docstrings=docstrings)}```")
 
 
-def recipe_table(rows: list[dict], score: str, caption: str):
+def recipe_table(rows: list[dict], score: str, caption: str, unscored: str = "no score"):
     """A recipe sweep's candidates (``lib.core.recipes.choose``) as one styled table: the learning rate, the weight
-    decay, the validation score in percent (named ``score``), whether the candidate was chosen, added past the grid's
-    edge, or chosen while still on the edge."""
+    decay, the validation score in percent (named ``score``; ``unscored`` where a candidate had none, e.g. a head
+    that kept its first evaluation), whether the candidate was chosen, added past the grid's edge, or chosen while
+    still on the edge."""
     import pandas as pd
 
     frame = pd.DataFrame(rows).rename(columns={"weight_decay": "weight decay", "score": score,
                                                "extended": "past the grid", "at_edge": "on the edge"})
     frame[score] = 100 * frame[score]
-    return (frame.style.hide(axis="index").format({"lr": "{:.1e}", "weight decay": "{:.0e}", score: "{:.2f}"})
+    return (frame.style.hide(axis="index").format({"lr": "{:.1e}", "weight decay": "{:.0e}", score: "{:.2f}"},
+                                           na_rep=unscored)
             .set_caption(caption))

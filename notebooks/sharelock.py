@@ -291,7 +291,8 @@ def recipe(text, vision, kind):
 
 if sweep_rows:
     display(notebook.recipe_table(sweep_rows, "validation R@1 %",
-                                  "Each candidate's validation retrieval R@1, both directions (first seed); chosen = used for every seed"))
+                                  "Each candidate's validation retrieval R@1, both directions (first seed); chosen = used for every seed",
+                                  unscored="kept its first evaluation"))
 
 # %%
 runs = Runs()

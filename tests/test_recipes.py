@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lib.core.config import HeadConfig, LossConfig, TrainSettings
-from lib.core.recipes import SweepConfig, candidates, choose
+from lib.core.recipes import SweepConfig, candidates, choose, choose_each
 from lib.core.train import fit
 from lib.methods.sharelock import ShareLock
 
@@ -32,6 +32,22 @@ def test_the_highest_validation_score_wins_ties_go_to_the_configured_recipe_and_
     assert tie.lr == BASE.lr
     with pytest.raises(RuntimeError, match="finite validation score"):
         choose(BASE, SweepConfig(lr=(3e-4, 1e-3)), lambda t: float("nan"))
+
+
+def test_each_method_gets_its_own_choice_and_its_rows_name_it():
+    best_lr = {"fdt": 3e-4, "pooled": 3e-3}  # each method peaks at a different rate: one shared choice would not do
+    calls = []
+
+    def score(method, settings):
+        calls.append((method, settings.lr))
+        return -abs(settings.lr - best_lr[method])
+
+    chosen, record = choose_each(BASE, SweepConfig(lr=(3e-4, 1e-3, 3e-3), extend=0), ["fdt", "pooled"], score,
+                                 lambda m: {"method": m.upper()})
+    assert {m: t.lr for m, t in chosen.items()} == best_lr
+    assert [r["method"] for r in record] == ["FDT"] * 3 + ["POOLED"] * 3
+    assert [(r["method"], r["lr"]) for r in record if r["chosen"]] == [("FDT", 3e-4), ("POOLED", 3e-3)]
+    assert len(calls) == 6 and {m for m, _ in calls[:3]} == {"fdt"}  # every candidate trained for its own method
 
 
 def test_no_sweep_trains_nothing_and_returns_the_recipe_as_written():
@@ -96,3 +112,12 @@ def test_a_best_on_the_grids_edge_grows_the_grid_by_its_own_step_until_it_is_ins
     assert len(chosen) == 1 and not chosen[0]["at_edge"] and sum(r["extended"] for r in record) == 3
     low, record = choose(BASE, SweepConfig(lr=(3e-2, 1e-1), extend=2), score)  # the bottom edge grows downwards
     assert low.lr == pytest.approx(3e-2 * 0.3) and min(r["lr"] for r in record) == pytest.approx(3e-2 * 0.09)
+
+
+def test_the_sweep_table_names_a_candidate_without_a_score_instead_of_showing_nan():
+    from chapters.notebook import recipe_table
+
+    record = choose(BASE, SweepConfig(lr=(3e-4, 1e-3), extend=0), lambda t: None if t.lr == 3e-4 else 0.25)[1]
+    html = recipe_table(record, "validation R@1 %", "sweep", unscored="kept its first evaluation").to_html()
+    assert "kept its first evaluation" in html and "25.00" in html
+    assert ">nan<" not in html.lower() and ">none<" not in html.lower()

@@ -190,11 +190,8 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tup
                                                  feats.captions(bench.val), batch_size=cfg.eval_batch_size,
                                                  device=cfg.device))
 
-    chosen, record = {}, []
-    for kind in ("fdt", "pooled"):
-        chosen[kind], rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: score(kind, t))
-        record += [{"method": "FDT" if kind == "fdt" else "pooled", **r} for r in rows]
-    return chosen, record
+    return recipes.choose_each(cfg.train, cfg.sweep, ("fdt", "pooled"), score,
+                               lambda kind: {"method": "FDT" if kind == "fdt" else "pooled"})
 
 
 def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False,

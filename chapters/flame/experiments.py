@@ -15,7 +15,7 @@ from chapters.flame.config import Config, MediumConfig
 from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
 from corpora.datasets import Benchmark
 from lib.core import features, recipes
-from lib.core.config import LossConfig, TextModelConfig
+from lib.core.config import LossConfig, TextModelConfig, TrainSettings
 from lib.core.evaluate import retrieval, zero_shot
 from lib.core.rows import StoreRows
 from lib.core.train import fit, seed_everything
@@ -253,15 +253,15 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kinds)
     """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by their retrieval R@1
     (:func:`lib.core.recipes.choose`). Returns ``{kind: the config with that recipe}`` (what every
     later run of the method takes: seeds, ablations, data-size curve) and one row per candidate."""
-    configs, record = {}, []
-    for kind in kinds:
-        best, rows = recipes.choose(cfg.train, cfg.sweep, lambda t, kind=kind: train_and_evaluate(
-            dataclasses.replace(cfg, train=t), bench, feats, kind, cfg.seeds[0], score_val=True)[0]
-            ["val/retrieval_score"])
-        configs[kind] = dataclasses.replace(cfg, train=best)
-        record += [{"method": "flame" if kind == "flame" else "scratch" if kind == "scratch" else
-                    f"sharelock/{short(kind)}", **r} for r in rows]
-    return configs, record
+    def score(kind, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
+        return train_and_evaluate(dataclasses.replace(cfg, train=settings), bench, feats, kind, cfg.seeds[0],
+                                  score_val=True)[0]["val/retrieval_score"]
+
+    def describe(kind) -> dict:
+        return {"method": kind if kind in ("flame", "scratch") else f"sharelock/{short(kind)}"}
+
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, kinds, score, describe)
+    return {kind: dataclasses.replace(cfg, train=best) for kind, best in chosen.items()}, record
 
 
 def main_setting(cfg: Config) -> dict:

@@ -192,31 +192,34 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures,
     ``{recipe_key(...) or "lit": settings}`` and one record row per candidate."""
     seed = cfg.seeds[0]
 
-    def head_score(text, vision, kind: str, settings: TrainSettings) -> float | None:  # validation R@1
-        result, method, _ = _fit_head(cfg, bench, feats, text, vision, kind, seed, settings)
-        if stuck({"best_step": result.best_step, "first_eval": min(settings.eval_every, settings.steps)}):
-            return None  # kept its first evaluation: by the chapter's rule it has not trained (never chosen)
-        return recipes.retrieval_score(retrieval(method, feats.image(vision, bench.val),
-                                                 feats.captions(text, bench.val)))
+    def score(setting, settings: TrainSettings) -> float | None:  # validation R@1; None: kept its first evaluation
+        if setting == "lit":
+            result, method, text_of = _fit_lit(cfg, bench, feats, cfg.vision[0], seed, settings)
+            vision, val_text = cfg.vision[0], text_of(bench.val, False)
+        else:
+            text, vision, kind = setting
+            result, method, _ = _fit_head(cfg, bench, feats, text, vision, kind, seed, settings)
+            val_text = feats.captions(text, bench.val)
+        if _kept_first_evaluation(result):
+            return None  # by the chapter's rule it has not trained: never chosen
+        return recipes.retrieval_score(retrieval(method, feats.image(vision, bench.val), val_text))
 
-    def lit_score(settings: TrainSettings) -> float | None:
-        result, method, text_of = _fit_lit(cfg, bench, feats, cfg.vision[0], seed, settings)
-        if stuck({"best_step": result.best_step, "first_eval": min(settings.eval_every, settings.steps)}):
-            return None
-        return recipes.retrieval_score(retrieval(method, feats.image(cfg.vision[0], bench.val),
-                                                 text_of(bench.val, False)))
+    def describe(setting) -> dict:
+        return {"setting": f"{short(cfg.lit.text.name)} tuned (LiT)" if setting == "lit" else recipe_key(*setting)}
 
-    chosen, record = {}, []
-    for text, vision, kind in settings if settings is not None else grid(cfg):
-        key = recipe_key(text, vision, kind)
-        chosen[key], rows = recipes.choose(cfg.train, cfg.sweep,
-                                           lambda t, text=text, vision=vision, kind=kind: head_score(text, vision,
-                                                                                                     kind, t))
-        record += [{"setting": key, **r} for r in rows]
+    heads = list(settings if settings is not None else grid(cfg))
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, heads, score, describe)
+    chosen = {recipe_key(*setting): recipe for setting, recipe in chosen.items()}
     if cfg.lit.enabled and settings is None:
-        chosen["lit"], rows = recipes.choose(cfg.lit.train, cfg.lit.sweep, lit_score)
-        record += [{"setting": f"{short(cfg.lit.text.name)} tuned (LiT)", **r} for r in rows]
+        lit, lit_rows = recipes.choose_each(cfg.lit.train, cfg.lit.sweep, ["lit"], score, describe)
+        chosen, record = {**chosen, **lit}, record + lit_rows
     return chosen, record
+
+
+def _kept_first_evaluation(result) -> bool:
+    """:func:`lib.core.results.stuck`'s rule on a :class:`~lib.core.train.TrainResult`: its best step is its first
+    evaluation, so the run has not trained."""
+    return stuck({"best_step": result.best_step, "first_eval": min(result.settings.eval_every, result.settings.steps)})
 
 
 def _evaluate(method, cfg: Config, bench: Benchmark, image, text_of) -> dict:

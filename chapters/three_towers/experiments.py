@@ -221,12 +221,8 @@ def choose_recipes(cfg: Config, data: Inputs) -> tuple[dict[str, Config], list[d
         method = _fit_method(cfg, data, variant, cfg.seeds[0], settings)[1]
         return recipes.retrieval_score(tt.retrieval(method, data.val, data.val))
 
-    configs, record = {}, []
-    for variant in tt.VARIANTS:
-        best, rows = recipes.choose(cfg.train, cfg.sweep, lambda t, variant=variant: score(variant, t))
-        configs[variant] = dataclasses.replace(cfg, train=best)
-        record += [{"method": variant, **r} for r in rows]
-    return configs, record
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, tt.VARIANTS, score, lambda v: {"method": v})
+    return {variant: dataclasses.replace(cfg, train=best) for variant, best in chosen.items()}, record
 
 
 def diagnosis_protocols(cfg: Config) -> tuple[str, str]:  # (the chapter's protocol, the diagnosis's)

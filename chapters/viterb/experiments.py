@@ -178,22 +178,23 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
     accuracy of their images among them (:func:`lib.core.recipes.choose`): features of different models
     differ in scale, and one shared learning rate would favour the models it suits. Returns
     ``{recipe_key: settings}`` and one row per candidate."""
-    dataset, chosen, record = cfg.score_datasets[0], {}, []
-    for text in dict.fromkeys([*cfg.text, *cfg.pooling_ablation]):
+    dataset = cfg.score_datasets[0]
+
+    def score(text: TextModelConfig, settings: TrainSettings) -> float:
         spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
-        chosen[recipe_key(text)], rows = recipes.choose(
-            cfg.train, cfg.sweep,
-            lambda t, spec=spec: train_and_score(cfg, benches[dataset], feats, spec, train=t)["val_score"])
-        record += [{"model": label(cfg, text), "pooling": text.pooling, **r} for r in rows]
-    return chosen, record
+        return train_and_score(cfg, benches[dataset], feats, spec, train=settings, score_val=True)["val_score"]
+
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]),
+                                         score, lambda text: {"model": label(cfg, text), "pooling": text.pooling})
+    return {recipe_key(text): recipe for text, recipe in chosen.items()}, record
 
 
 def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec,
-                    train: TrainSettings | None = None) -> dict:
+                    train: TrainSettings | None = None, score_val: bool = False) -> dict:
     """Train a ShareLock head on the seen classes' (image, class text) pairs, early-stop on the val images,
-    score on the unseen classes (and, as ``val_score``, the val images among their classes); ``train``: the
-    recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the run's row for
-    :class:`lib.core.results.Runs`."""
+    score on the unseen classes; ``score_val`` adds ``val_score``, the val images among their classes (what
+    :func:`choose_recipes` judges a candidate by); ``train``: the recipe (default ``cfg.train``). Returns the run's
+    row for :class:`lib.core.results.Runs`."""
     texts = feats.texts[(spec.dataset, spec.kind)]
     text_features = feats.text(spec.text, spec.dataset, spec.kind)
     images = feats.image(spec.vision, bench)
@@ -215,15 +216,17 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
     result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
                  {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
     role = "score" if spec.dataset in cfg.score_datasets else "check"
-    return {"study": spec.study, "dataset": spec.dataset, "role": role, "model": label(cfg, spec.text),
-            "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
-            "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
-            "score": unseen_score(method, images, text_features, texts.owner, bench),
-            "val_score": unseen_score(method, images, text_features, texts.owner, bench, "val"),
-            "chance": 1 / len(bench.classes("unseen")), "lr": settings.lr, "weight_decay": settings.weight_decay,
-            "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
-            "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
-            "train_s": round(result.seconds, 2)}
+    row = {"study": spec.study, "dataset": spec.dataset, "role": role, "model": label(cfg, spec.text),
+           "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
+           "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
+           "score": unseen_score(method, images, text_features, texts.owner, bench),
+           "chance": 1 / len(bench.classes("unseen")), "lr": settings.lr, "weight_decay": settings.weight_decay,
+           "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
+           "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
+           "train_s": round(result.seconds, 2)}
+    if score_val:
+        row["val_score"] = unseen_score(method, images, text_features, texts.owner, bench, "val")
+    return row
 
 
 def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:

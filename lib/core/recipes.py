@@ -17,14 +17,15 @@ See notebooks/sharelock.py, section "Training the head".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from lib.core.config import TrainSettings
 
-__all__ = ["SweepConfig", "candidates", "choose", "retrieval_score"]
+__all__ = ["SweepConfig", "candidates", "choose", "choose_each", "retrieval_score"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +115,16 @@ def choose(train: TrainSettings, sweep: SweepConfig,
     best["chosen"] = True
     best["at_edge"] = len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1])
     return dataclasses.replace(train, lr=best["lr"], weight_decay=best["weight_decay"]), record
+
+
+def choose_each(train: TrainSettings, sweep: SweepConfig, methods: Iterable[Hashable],
+                score: Callable[[Hashable, TrainSettings], float | None],
+                describe: Callable[[Hashable], dict]) -> tuple[dict, list[dict]]:
+    """:func:`choose` for every method of a chapter: ``score(method, settings)`` trains one candidate and returns its
+    validation score. Returns ``{method: its recipe}`` and the record of every candidate, each row led by
+    ``describe(method)``'s columns (e.g. ``{"method": "FDT"}``), as one table of the chapter's sweep."""
+    chosen, record = {}, []
+    for method in methods:
+        chosen[method], rows = choose(train, sweep, functools.partial(score, method))
+        record += [{**describe(method), **row} for row in rows]
+    return chosen, record
