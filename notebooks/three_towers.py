@@ -26,8 +26,8 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); training fits no single 80 GB GPU at batch 4,096: the two towers' activations are about 125 GiB (Korthikanti et al.'s per-layer estimate, 16-bit) beside 20.5 GiB of resident uint8 pixels at 112 px, so train on 2 or more GPUs (DDP) or set train.micro_batch_size: 1024 (fewer negatives per loss) (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
-# - **time:** about 7.6 GPU-hours per training run (3.3e18 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 112 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 70 GPU-hours; computed, not measured (the paper trains its towers contrastively on WebLI for TPU-weeks)
+# - **GPU:** the third tower's feature pass needs about 2.6 GiB (DINOv2-L in fp16); at the paper's 224 px the two towers' activations at batch 4,096 are about 400 GiB (Korthikanti et al.'s per-layer estimate, 16-bit), while the 585k training images (82 GiB as uint8) are decoded per batch by the DataLoader's workers and never held, so train on 8 80 GB GPUs (DDP with gathered negatives), or on fewer with image_tower.grad_checkpointing and text_tower.grad_checkpointing: true (about 1.33x the compute) (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** about 23 GPU-hours per training run (1.0e19 FLOPs: 20k steps at batch 4,096 through a ViT-B/16 at 224 px and a 12-layer text tower) and 0.2 GPU-hours of third-tower features, at an assumed 120 TFLOP/s of bf16; the chapter trains 3 methods and 6 ablations, about 210 GPU-hours; computed, not measured (the paper trains its towers contrastively on WebLI for TPU-weeks)
 # - **data:** CC3M-LLaVA pairs and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the third tower's features take about 1.3 GB in the store
 #
 # ```bash
@@ -249,8 +249,10 @@ plt.tight_layout()
 # ## Training
 #
 # One loop for every chapter (`lib.core.train.fit`): AdamW, cosine schedule with warm-up, gradient
-# clipping. Pixels stay resident as uint8 (decoded once and cached: `lib.data.pixel_cache`) and are
-# augmented on the fly (random scale, shift and flip: `lib.methods.three_towers.augment`). The two offline
+# clipping. Here the pixels stay resident as uint8 (decoded once and cached: `lib.data.pixel_cache`); the full
+# config's 585k images at 224 px (82 GB) are decoded as each batch needs them instead (`train_data: streamed`,
+# `lib.data.image_rows`: the same batches, bit for bit). Either way they are augmented on the fly (random scale,
+# shift and flip: `lib.methods.three_towers.augment`). The two offline
 # configs keep different weights, each for a reason measured in the next section, and each applies one rule
 # to all three methods:
 #
@@ -527,7 +529,7 @@ for claim in claims:
 #
 # |  | paper (Kossen et al. 2023) | this book, small | this book, medium | this book, full |
 # |---|---|---|---|---|
-# | image tower $f$ | ViT (S/32, B/32, L/16, g/14; §4.3) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | open_clip's ViT-B-16 (model config, random init) at 112 px: at 224 px its 563k resident uint8 images need ~85 GB, so 224 px waits for streamed training data |
+# | image tower $f$ | ViT (S/32, B/32, L/16, g/14; §4.3) from scratch, MAP-head pooling | 4-stage ConvNet at 32 px | 4-stage ConvNet (32 to 256 channels) at 32 px | open_clip's ViT-B-16 (model config, random init) at 224 px, the training images decoded per batch (resident as uint8 they would take ~85 GB) |
 # | text tower $g$ | transformer from scratch | bag of word pieces + MLP, width 128 | same, width 256 | open_clip's text transformer: 12 layers, width 512, causal, read at [SEP] |
 # | third tower $p$ | JFT-3B, IN-21k or Places365 classifiers, frozen | EfficientNet-Lite0 (ImageNet-1k), cached features | same | DINOv2-L (self-supervised), cached features |
 # | heads | $\text{NL}(\cdot)$ on the normalised $f(I)$, $g(T)$ and on $h(I)$ | same | same | same |

@@ -283,7 +283,8 @@ def _vit_shape(tower) -> tuple[int, int, int, int]:
     return 0, 0, 0, 0
 
 
-def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0, streamed: bool = False) -> dict:
+def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0, streamed: bool = False,
+                pixels_streamed: bool = False) -> dict:
     """Training towers from scratch at ``rows`` training images: ``cfg.image_tower`` and, where the config has one,
     ``cfg.text_tower`` (Three Towers); FLAME's trains only the image tower against ``resident_bytes`` of frozen text
     features, which stay on the device too.
@@ -293,7 +294,8 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
     checkpointing only each layer's input stays (2*s*b*h) plus one layer recomputed at a time. State: 16 bytes per
     trained parameter (fp32 weights and gradients, Adam's two moments). Pixels: uint8, resident on every device
     (``lib.core.train.fit``); ``streamed``: the training data stay in host memory and on disk, and only batches reach
-    the device (``lib.core.rows``). What :func:`fitting_setting` weighs."""
+    the device (``lib.core.rows``); ``pixels_streamed``: the images too are decoded per batch
+    (``lib.data.image_rows``), so not even the host holds them. What :func:`fitting_setting` weighs."""
     import torch
 
     from lib.nn.towers import build_image_tower
@@ -318,7 +320,8 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
             "checkpointing": "image_tower.grad_checkpointing" + (" and text_tower.grad_checkpointing" if text else ""),
             "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
             "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
-            "host_pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2 if streamed else 0,
+            "host_pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2 if streamed and not pixels_streamed else 0,
+            "pixels_streamed": pixels_streamed,
             "bytes_per_image": 3 * cfg.image_tower.image_size ** 2,
             "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
             "flops": flops_step * cfg.train.steps}
@@ -411,8 +414,9 @@ def _training(report: Report, cfg) -> None:
                             * report.train["runs"])
     if getattr(cfg, "image_tower", None) is not None:  # pixels, not image features: as many as training texts
         own_text = getattr(cfg, "text_tower", None) is not None
+        streamed = getattr(cfg, "train_data", "resident") == "streamed"  # Three Towers streams its pixels too
         report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"],
-                                             streamed=getattr(cfg, "train_data", "resident") == "streamed")
+                                             streamed=streamed, pixels_streamed=streamed and own_text)
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -448,8 +452,10 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
         how, found = fitting_setting(t["towers"], free_gpu if free_gpu is not None else 80 * 2**30)
         t["towers"].update(setting=how, **found)
         where = f"{free_gpu / 2**30:.0f} GiB free on {device}" if free_gpu is not None else "an 80 GB GPU (assumed)"
-        report.facts.append(f"training the towers from scratch on {where}: {how} (pixels resident on the device, "
-                            f"{t['towers']['pixel_bytes'] / 2**30:.1f} GiB; towers' activations "
+        pixels = (f"pixels decoded per batch, {t['towers']['pixel_bytes'] / 2**30:.1f} GiB of them never held"
+                  if t["towers"]["pixels_streamed"] else
+                  f"pixels resident on the device, {t['towers']['pixel_bytes'] / 2**30:.1f} GiB")
+        report.facts.append(f"training the towers from scratch on {where}: {how} ({pixels}; towers' activations "
                             f"{t['towers']['activation_bytes'] / 2**30:.1f} GiB at micro-batch "
                             f"{t['towers']['micro_batch_size']:,})")
         if free_gpu is not None and not found["fits"]:

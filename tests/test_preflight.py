@@ -175,12 +175,13 @@ def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_
 
 
 def test_towers_trained_from_scratch_count_their_activations_and_name_the_setting_that_fits():
-    """Three Towers' full config (ViT-B/16 at 112 px and a 12-layer text tower, batch 4,096): ~125 GiB of activations
-    (Korthikanti et al.), so one 80 GB GPU holds it only with gradient checkpointing, four with DDP; a card smaller
-    than the resident pixels holds no setting."""
+    """Three Towers' full config held resident at 112 px (ViT-B/16 and a 12-layer text tower, batch 4,096): ~125 GiB
+    of activations (Korthikanti et al.), so one 80 GB GPU holds it only with gradient checkpointing, four with DDP; a
+    card smaller than the resident pixels holds no setting."""
     import chapters
 
-    cfg = chapters.get("three_towers").load_config("full")
+    cfg = chapters.get("three_towers").load_config("full", {"image_tower": {"image_size": 112},
+                                                            "train_data": "resident"})
     costs = preflight.tower_costs(cfg, 585_000)
     assert 80e6 < costs["image_params"] < 90e6  # open_clip's ViT-B-16 visual
     assert 100 < costs["activation_bytes"] / 2**30 < 150
@@ -193,3 +194,20 @@ def test_towers_trained_from_scratch_count_their_activations_and_name_the_settin
     assert not found["fits"] and "data.limit" in how
     how, found = preflight.fitting_setting(costs, 200 * 2**30)
     assert how == "as configured, on 1 GPU" and found["gpus"] == 1 and not found["grad_checkpointing"]
+
+
+def test_the_full_config_at_224_px_streams_its_pixels_so_only_the_activations_decide():
+    """At the paper's 224 px the ViT-B/16 reads 4x the tokens (~400 GiB of activations at batch 4,096), and the 563k
+    images (82 GiB as uint8) are decoded per batch: neither the GPU nor the host holds them, so even a 24 GB card
+    has a setting (4 GPUs with checkpointing) where resident pixels left none."""
+    import chapters
+
+    cfg = chapters.get("three_towers").load_config("full")
+    assert (cfg.image_tower.image_size, cfg.train_data) == (224, "streamed")
+    costs = preflight.tower_costs(cfg, 585_000, streamed=True, pixels_streamed=True)
+    assert costs["host_pixel_bytes"] == 0 and costs["pixel_bytes"] == 585_000 * 3 * 224 * 224
+    assert 350 < costs["activation_bytes"] / 2**30 < 450
+    how, found = preflight.fitting_setting(costs, 80 * 2**30)
+    assert found["gpus"] == 8 and "1 GPU with image_tower.grad_checkpointing" in how
+    how, found = preflight.fitting_setting(costs, 24 * 2**30)
+    assert found["fits"] and found["grad_checkpointing"] and found["gpus"] == 4

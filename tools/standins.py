@@ -696,15 +696,18 @@ CLASSES = {"awa2": (40, 50), "cub": (150, 200), "fgvc-aircraft": (50, 70), "imag
 
 def _towers_training(cfg, rows: int) -> dict:
     """Three Towers' towers trained from scratch: provision.preflight's cost model (:func:`provision.preflight.
-    tower_costs`: FLOPs, activations, optimiser state, resident pixels) and the setting that fits an 80 GB GPU."""
+    tower_costs`: FLOPs, activations, optimiser state, resident pixels unless they stream) and the setting that fits
+    an 80 GB GPU."""
     from provision import preflight
 
-    costs = preflight.tower_costs(cfg, rows)
+    streamed = getattr(cfg, "train_data", "resident") == "streamed"  # Three Towers' pixels decoded per batch
+    costs = preflight.tower_costs(cfg, rows, streamed=streamed, pixels_streamed=streamed)
     setting, found = preflight.fitting_setting(costs, 80 * 2**30)
+    held = 0 if streamed else costs["pixel_bytes"]
     return {"runs": None, "flops": costs["flops"], "hours": costs["flops"] / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
             "image_params": costs["image_params"], "text_params": costs["text_params"],
-            "activation_bytes": costs["activation_bytes"], "pixel_bytes": costs["pixel_bytes"],
-            "gpu_bytes": costs["activation_bytes"] + costs["pixel_bytes"] + costs["state_bytes"],
+            "activation_bytes": costs["activation_bytes"], "pixel_bytes": held, "pixels_streamed": streamed,
+            "gpu_bytes": costs["activation_bytes"] + held + costs["state_bytes"],
             "setting_80gb": setting, **{k: v for k, v in found.items() if k != "fits"}}
 
 

@@ -32,6 +32,9 @@ class Config:
     ``curve_fractions``: the shares of the training pairs of the data-size curve (:func:`data_size_curve`).
     ``val_holdout`` > 0 (``medium``): validate on that share of the training pairs, held out from training
     (:func:`held_out_rows`), instead of on the validation concept families (see :func:`inputs`).
+    ``train_data``: the training pixels ``resident`` (decoded once, held as uint8: :mod:`lib.data.pixel_cache`) or
+    ``streamed`` (decoded as each batch needs them, :class:`lib.data.image_rows.ImageRows`: the full config at
+    224 px, whose 563k images would take 85 GB). Both give the same batches.
     """
 
     data: DataConfig
@@ -53,6 +56,7 @@ class Config:
     diagnosis_eval_every: int = 25
     curve_fractions: tuple[float, ...] = (1.0,)
     val_holdout: float = 0.0
+    train_data: Literal["resident", "streamed"] = "resident"
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:

@@ -18,7 +18,7 @@ from lib.core.config import TrainSettings
 from lib.core.evaluate import prompt_texts
 from lib.core.results import Runs, stuck
 from lib.core.train import fit, seed_everything
-from lib.data import pixel_cache
+from lib.data import image_rows, pixel_cache
 from lib.methods import three_towers as tt
 from lib.methods.three_towers import ThreeTowers
 
@@ -52,7 +52,7 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
 
 
 # --------------------------------------------------------------------------------------------
-# The towers' inputs, resident: pixels (uint8), tokens and the cached p(I)
+# The towers' inputs: pixels (uint8, resident or streamed), tokens and the cached p(I)
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Inputs:
@@ -110,11 +110,21 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
             cache[key] = out
         return cache[key]
 
-    parts = [tensors(p, True) for p in training_pairs(cfg, bench)]
+    def training(images, captions: bool) -> dict:  # streamed: the images decoded as each batch needs them
+        if cfg.train_data == "resident":
+            return tensors(images, captions)
+        return {"third": found.tensor(f"image:{cfg.third.name}:{images.name}"),
+                **tt.tokenize(tokenizer, images.captions, cfg.text_tower.context)}
+
+    pairs = training_pairs(cfg, bench)
+    parts = [training(p, True) for p in pairs]
     train = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    if cfg.train_data == "streamed":
+        train["pixels"] = image_rows.ImageRows(pairs, cfg.image_tower.image_size, tt.pixels)
     if cfg.val_holdout:
         keep, held = held_out_rows(len(train["pixels"]), cfg.val_holdout)
-        train, val = {k: v[keep] for k, v in train.items()}, {k: v[held] for k, v in train.items()}
+        train, val = ({k: image_rows.select(v, keep) for k, v in train.items()},
+                      {k: v[held] for k, v in train.items()})  # the held-out pairs resident: validated every time
     else:
         val = tensors(bench.val, True)
     return Inputs(train=train, val=val, retrieval=tensors(bench.retrieval, True),
@@ -203,7 +213,7 @@ def _fit_method(cfg: Config, data: Inputs, variant: str, seed: int, settings: Tr
     """One method trained with ``settings``: the TrainResult, the method (on the CPU) and its training tensors."""
     total = len(data.train["pixels"])
     subset = curves.nested_subset(total, train_pairs)
-    train = data.train if subset is None else {k: v[subset] for k, v in data.train.items()}
+    train = data.train if subset is None else {k: image_rows.select(v, subset) for k, v in data.train.items()}
     seed_everything(seed)
     method = build(cfg, data, variant, **options)
     result = fit(method, train, data.val if val is None else val, settings, seed=seed, device=cfg.device,
