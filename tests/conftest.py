@@ -24,9 +24,27 @@ def _share_the_cores() -> None:
 
 _share_the_cores()
 
+
 import lib  # noqa: E402,F401  (the torchvision fix, before timm)
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    """The notebooks' kernels (nbval starts one as a notebook's first cell is set up) keep the runs they train in the
+    run cache (``LIB_RUN_CACHE=1``, as ``make book`` does): a recipe sweep's chosen candidate is then not trained a
+    second time as the first seed's run, whose key (features, seed, settings, initial weights, code) it shares.
+    Only the kernels: a test that calls ``fit`` in this process trains, whatever it trained before."""
+    if not str(item.path).endswith(".ipynb") or "LIB_RUN_CACHE" in os.environ:
+        yield
+        return
+    os.environ["LIB_RUN_CACHE"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["LIB_RUN_CACHE"]
+
 
 # The encoders exactly as the small config builds them (notebooks/configs/sharelock.yaml), so that
 # lib.core.features' caches can be seeded with them (same TextModelConfig / VisionModelConfig fields).

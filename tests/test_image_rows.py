@@ -43,7 +43,7 @@ def test_rows_read_across_sets_equal_the_resident_pixels_and_decode_only_what_is
     found = rows[index]
     assert torch.equal(found, whole[index]) and found.dtype == torch.uint8
     assert sorted(sets[0].loaded) == [0, 4, 4] and sorted(sets[1].loaded) == [0, 6]  # only the rows asked for
-    assert len(rows) == 12
+    assert len(rows) == 12 and torch.equal(rows[7], whole[7])  # one image, as a resident tensor gives it
     part = select(rows, torch.tensor([3, 8, 10]))  # a subset stays lazy, and indexes in its own order
     assert isinstance(part, ImageRows) and len(part) == 3
     assert torch.equal(part[torch.tensor([2, 0])], whole[torch.tensor([10, 3])])

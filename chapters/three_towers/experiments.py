@@ -203,7 +203,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, data: Inputs, variant: str
            "lr": result.settings.lr, "weight_decay": result.settings.weight_decay, "best_step": result.best_step,
            "first_eval": evaluations[0] if evaluations else None, "steps_run": result.steps_run,
            "val_loss": result.best_val_loss, "temperature": round(method.criterion.temperature, 4),
-           "train_s": round(result.seconds, 1)}
+           "train_s": round(result.seconds, 1),
+           "data_path": "resident" if isinstance(train["pixels"], torch.Tensor) else "streamed"}  # which path ran
     row.update(evaluate(cfg, bench, data, method))
     return row, result, method
 

@@ -42,8 +42,10 @@ class ImageRows:
         which = bisect.bisect_right(self.starts, row) - 1
         return self.sets[which].load_image(row - self.starts[which])
 
-    def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
+    def __getitem__(self, index: torch.Tensor | int) -> torch.Tensor:
         index = torch.as_tensor(index, dtype=torch.long)
+        if index.ndim == 0:  # one image, ``(3, size, size)``, as a resident tensor's ``pixels[i]``
+            return self[index.view(1)][0]
         if len(index) and (int(index.max()) >= len(self.rows) or int(index.min()) < -len(self.rows)):
             raise IndexError(f"image row {int(index.max())} of {len(self.rows)}")
         picked = self.rows[index].tolist()
