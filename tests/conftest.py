@@ -10,41 +10,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
-
-def _share_the_cores() -> None:
-    """Each of pytest-xdist's workers gets its share of the cores as torch threads (``OMP_NUM_THREADS``, unless
-    set), before torch is imported; the notebooks' kernels and the rehearsals' ranks inherit it. Left to torch,
-    every worker's kernel takes every core: measured here, two workers running the same feature extraction at
-    2 threads each on 2 cores took 75-78 s against 40 s at 1 thread each (the OpenMP threads spin against each
-    other)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
-
-
-_share_the_cores()
-
-
 import lib  # noqa: E402,F401  (the torchvision fix, before timm)
 import pytest  # noqa: E402
 import yaml  # noqa: E402
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_setup(item):
-    """The notebooks' kernels (nbval starts one as a notebook's first cell is set up) keep the runs they train in the
-    run cache (``LIB_RUN_CACHE=1``, as ``make book`` does): a recipe sweep's chosen candidate is then not trained a
-    second time as the first seed's run, whose key (features, seed, settings, initial weights, code) it shares.
-    Only the kernels: a test that calls ``fit`` in this process trains, whatever it trained before."""
-    if not str(item.path).endswith(".ipynb") or "LIB_RUN_CACHE" in os.environ:
-        yield
-        return
-    os.environ["LIB_RUN_CACHE"] = "1"
-    try:
-        yield
-    finally:
-        del os.environ["LIB_RUN_CACHE"]
-
 
 # The encoders exactly as the small config builds them (notebooks/configs/sharelock.yaml), so that
 # lib.core.features' caches can be seeded with them (same TextModelConfig / VisionModelConfig fields).
