@@ -100,27 +100,22 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
     tokenizer = tt.CompactVocabulary(tokenizer or tt.load_tokenizer(cfg.text_tower.tokenizer), texts)
     cache: dict[str, dict] = {}
 
-    def tensors(images, captions: bool) -> dict[str, torch.Tensor]:
-        key = f"{images.name}:{captions}"
+    def tensors(images, captions: bool, pixels: bool = True) -> dict[str, torch.Tensor]:
+        key = f"{images.name}:{captions}:{pixels}"
         if key not in cache:
-            out = {"pixels": pixel_cache.cached_pixels(images, cfg.image_tower.image_size, tt.pixels),
-                   "third": found.tensor(f"image:{cfg.third.name}:{images.name}")}
+            out = {"pixels": pixel_cache.cached_pixels(images, cfg.image_tower.image_size, tt.pixels)} if pixels else {}
+            out["third"] = found.tensor(f"image:{cfg.third.name}:{images.name}")
             if captions:
                 out.update(tt.tokenize(tokenizer, images.captions, cfg.text_tower.context))
             cache[key] = out
         return cache[key]
 
-    def training(images, captions: bool) -> dict:  # streamed: the images decoded as each batch needs them
-        if cfg.train_data == "resident":
-            return tensors(images, captions)
-        return {"third": found.tensor(f"image:{cfg.third.name}:{images.name}"),
-                **tt.tokenize(tokenizer, images.captions, cfg.text_tower.context)}
-
-    pairs = training_pairs(cfg, bench)
-    parts = [training(p, True) for p in pairs]
+    streamed = cfg.train_data == "streamed"  # the training images decoded as each batch needs them
+    train_sets = training_pairs(cfg, bench)
+    parts = [tensors(p, True, pixels=not streamed) for p in train_sets]
     train = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    if cfg.train_data == "streamed":
-        train["pixels"] = image_rows.ImageRows(pairs, cfg.image_tower.image_size, tt.pixels)
+    if streamed:
+        train["pixels"] = image_rows.ImageRows(train_sets, cfg.image_tower.image_size, tt.pixels)
     if cfg.val_holdout:
         keep, held = held_out_rows(len(train["pixels"]), cfg.val_holdout)
         train, val = ({k: image_rows.select(v, keep) for k, v in train.items()},
@@ -130,7 +125,7 @@ def inputs(cfg: Config, bench: Benchmark, found: features.Features, tokenizer=No
     return Inputs(train=train, val=val, retrieval=tensors(bench.retrieval, True),
                   family_val=tensors(bench.val, True) if cfg.val_holdout else None,
                   test={s.name: {k: v for k, v in tensors(s, False).items()} for s in bench.zero_shot},
-                  tokenizer=tokenizer, train_names=tuple(p.name for p in training_pairs(cfg, bench)))
+                  tokenizer=tokenizer, train_names=tuple(p.name for p in train_sets))
 
 
 # --------------------------------------------------------------------------------------------
