@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 from PIL import Image
 
 from corpora import emoji, fashion_mnist, manifests
+from lib.data import shards
 from lib.data.images import BadImageError, open_image  # noqa: F401  (re-exported: the loaders' one image reader)
 from corpora.templates import EMOJI_TEMPLATES, IMAGENET_TEMPLATES, NAME_ONLY, PHOTO_TEMPLATES
 
@@ -129,19 +130,28 @@ def prepared_folder(name: str, marker: str) -> Path:
 
 
 def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
-    """Full config: ``<location>/<split>.jsonl`` with one ``{"image": path, "caption": text}`` per line.
+    """Full config: ``<location>/<split>.jsonl``, one pair per line: ``{"shard", "member", "offset", "size", "key",
+    "caption"}`` for an image inside a webdataset tar shard (what ``python -m provision.prepare`` writes; read with
+    :mod:`lib.data.shards`), or ``{"image": path, "caption"}`` for a loose image file (a layout made by hand).
 
-    Every line is checked where it enters: UTF-8 (a bad byte names the line), a JSON object, both fields
-    non-empty strings (a caption ``null`` would otherwise become the text "None" and be trained on).
+    Every line is checked where it enters: UTF-8 (a bad byte names the line), a JSON object, a non-empty caption (a
+    caption ``null`` would otherwise become the text "None" and be trained on), paths inside the folder.
     """
     folder = prepared_folder(name, f"{split}.jsonl")
     path = folder / f"{split}.jsonl"
-    rows = []
+    ids, captions, images = [], [], []
 
     def bad(number: int, problem: str) -> manifests.DatasetMissingError:
         return manifests.DatasetMissingError(f"{path} line {number}: {problem}; fix that line (each line must be "
-                                             f'{{"image": "<path>", "caption": "<text>"}}) or prepare the dataset '
-                                             "again")
+                                             '{"shard", "member", "offset", "size", "caption"} or {"image": "<path>", '
+                                             '"caption": "<text>"}) or prepare the dataset again')
+
+    def inside(number: int, rel) -> str:
+        if not isinstance(rel, str) or not rel.strip():
+            raise bad(number, f"path {rel!r} is not a non-empty string")
+        if rel.startswith(("/", "\\")) or ".." in rel.replace("\\", "/").split("/") or ":" in rel[:3]:
+            raise bad(number, f"{rel!r} is not a path inside {folder}")
+        return rel
 
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -155,27 +165,37 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise bad(number, f"is not JSON ({error.msg})") from None
-            if not isinstance(row, dict) or "image" not in row or "caption" not in row:
-                raise bad(number, "is not an object with \"image\" and \"caption\"")
-            for field_name in ("image", "caption"):
-                value = row[field_name]
-                if not isinstance(value, str) or not value.strip():
-                    raise bad(number, f"{field_name} is {value!r}, not a non-empty string")
-            image = row["image"]
-            if image.startswith(("/", "\\")) or ".." in image.replace("\\", "/").split("/") or ":" in image[:3]:
-                raise bad(number, f"image {image!r} is not a path inside {folder}")
-            rows.append((image, row["caption"]))
-            if limit and len(rows) >= limit:
+            if not isinstance(row, dict) or "caption" not in row or not ("image" in row or "shard" in row):
+                raise bad(number, "is not an object with a \"caption\" and an \"image\" or a \"shard\"")
+            caption = row["caption"]
+            if not isinstance(caption, str) or not caption.strip():
+                raise bad(number, f"caption is {caption!r}, not a non-empty string")
+            if "shard" in row:
+                member, offset, size = row.get("member"), row.get("offset"), row.get("size")
+                if not isinstance(member, str) or not member or "/" in member:
+                    raise bad(number, f"member {member!r} is not a file name inside the shard")
+                if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, size)):
+                    raise bad(number, f"offset {offset!r} / size {size!r} are not byte counts")
+                images.append(shards.Member(folder / inside(number, row["shard"]), member, offset, size))
+                ids.append(str(row.get("key") or f"{row['shard']}/{member}"))
+            else:
+                images.append(folder / inside(number, row["image"]))
+                ids.append(row["image"])
+            captions.append(caption)
+            if limit and len(ids) >= limit:
                 break
-    paths = [folder / image for image, _ in rows]
     return Pairs(
         name=f"{name}-{split}",
-        ids=tuple(image for image, _ in rows),
-        captions=tuple(caption for _, caption in rows),
-        concepts=tuple(image for image, _ in rows),
-        load_image=lambda i: open_image(paths[i]),
+        ids=tuple(ids),
+        captions=tuple(captions),
+        concepts=tuple(ids),
+        load_image=lambda i: _open(images[i]),
         source={"dataset": name, "manifest": manifests.manifest_hash(name), "split": split},
     )
+
+
+def _open(image: Path | shards.Member) -> Image.Image:
+    return shards.open_member_image(image) if isinstance(image, shards.Member) else open_image(image)
 
 
 def folder_labelled(name: str, per_class: int | None = None, prompts: str = "sentences") -> Labelled:

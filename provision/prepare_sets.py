@@ -22,6 +22,7 @@ from typing import Callable
 
 from corpora import manifests
 from provision.archives import ArchiveError, Entry, entries  # noqa: F401  (re-exported for the preparers)
+from provision.shards import ShardWriter
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 READS = {
@@ -143,6 +144,15 @@ def count_problems(dataset: str, folder: Path, record: dict, command: str) -> li
     """Files on disk against the recorded counts (a class folder emptied, images deleted after preparation)."""
     counts = record.get("counts", {})
     problems = []
+    for rel, size in (counts.get("shards") or {}).items():  # the images' tar shards: there, and as long as written
+        path = folder / rel
+        found = path.stat().st_size if path.is_file() else None
+        if found != size:
+            state = "is missing" if found is None else f"holds {found:,} bytes, {size:,} were written"
+            problems.append(f"dataset {dataset}: {path} {state}: run `{command} --force`")
+            if len(problems) >= 3:
+                problems.append(f"dataset {dataset}: (more shards differ)")
+                return problems
     for rel, expected in (counts.get("files_per_folder") or {}).items():
         path = folder / rel
         found = sum(1 for e in os.scandir(path) if e.is_file() and _is_image(e.name)) if path.is_dir() else 0
@@ -173,18 +183,34 @@ def _split_pairs(dataset: str, keys: list[str]) -> set[str]:
     return set(random.Random(int(spec["seed"])).sample(sorted(keys), n_val))
 
 
-def _write_pairs(staging, dataset: str, rows: list[tuple[str, str, str]], result) -> None:
-    """``train.jsonl`` / ``val.jsonl`` (release order) from (key, image path, caption) rows."""
+def _write_pairs(staging, dataset: str, rows: list[tuple[str, dict, str]], result, shards: dict[str, int]) -> None:
+    """``train.jsonl`` / ``val.jsonl`` (release order) from (key, location in the shards, caption) rows: each line
+    says where the image's bytes are (``shard``, ``member``, ``offset``, ``size``; :mod:`lib.data.shards`)."""
     held_out = _split_pairs(dataset, [key for key, _, _ in rows])
     lines = {"train": [], "val": []}
-    for key, image, caption in rows:
-        lines["val" if key in held_out else "train"].append(json.dumps({"image": image, "caption": caption},
+    for key, where, caption in rows:
+        lines["val" if key in held_out else "train"].append(json.dumps({**where, "key": key, "caption": caption},
                                                                        ensure_ascii=False))
     for split, rows_ in lines.items():
         staging.write(f"{split}.jsonl", ("\n".join(rows_) + "\n").encode("utf-8"))
-    result.counts.update(pairs=len(rows), train=len(lines["train"]), val=len(lines["val"]))
+    result.counts.update(pairs=len(rows), train=len(lines["train"]), val=len(lines["val"]), shards=dict(shards))
     result.index_files = ("train.jsonl", "val.jsonl")
-    result.counts["files_per_folder"] = {"images": len(rows)}
+
+
+def _shard_writer(staging, dataset: str) -> ShardWriter:
+    return ShardWriter(staging, int((manifests.load(dataset).get("prepare") or {}).get("shard_images", 10_000)))
+
+
+def _sharded(writer: ShardWriter, key: str, entry: Entry, caption: str, bad: set) -> dict | None:
+    """``entry``'s image appended to the shards (its location), or None (and ``key`` in ``bad``) when it does not
+    decode whole."""
+    data = entry.read()
+    try:
+        decodes(data)
+    except ValueError:
+        bad.add(key)
+        return None
+    return writer.add(key, data, Path(entry.name).suffix or ".jpg", caption)
 
 
 def _caption_ok(value) -> bool:
@@ -207,20 +233,19 @@ def cc3m_llava(source: Path, staging, options: dict, verify, say):
             dropped["no gpt caption"].add(str(row.get("id")))
             continue
         name = row["image"].rsplit("/", 1)[-1]
-        wanted[name] = row.get("id") or name
+        wanted.setdefault(name, " ".join(turns[0].split()))
         rows.append((name, " ".join(turns[0].split())))
-    present = set()
-    for entry in entries(images):
+    writer, where = _shard_writer(staging, "cc3m-llava"), {}
+    for entry in entries(images):  # the archive's order: one pass, each image once, into the shards
         name = entry.name.rsplit("/", 1)[-1]
-        if name in wanted and name not in present:
-            try:
-                stage(staging, f"images/{name}", entry, decodes)
-                present.add(name)
-            except ValueError:
-                dropped["image does not decode"].add(name)
-    dropped["no image in the download"] = {n for n in wanted if n not in present} - dropped["image does not decode"]
-    usable = [(name, f"images/{name}", caption) for name, caption in rows if name in present]
-    _write_pairs(staging, "cc3m-llava", usable, result)
+        if name in wanted and name not in where and name not in dropped["image does not decode"]:
+            found = _sharded(writer, name, entry, wanted[name], dropped["image does not decode"])
+            if found is not None:
+                where[name] = found
+    shards = writer.close()
+    dropped["no image in the download"] = set(wanted) - set(where) - dropped["image does not decode"]
+    usable = [(name, where[name], caption) for name, caption in rows if name in where]
+    _write_pairs(staging, "cc3m-llava", usable, result, shards)
     result.settings, result.dropped = settings("cc3m-llava"), {k: v for k, v in dropped.items() if v}
     return result
 
@@ -239,20 +264,19 @@ def flame_recap_cc3m(source: Path, staging, options: dict, verify, say):
     result.inputs = verify({"captions": captions[0], **{f"shard {i}": p for i, p in enumerate(shards)}})
     text = {r["__key__"]: " ".join(r["minicpm"].split()) for r in json.loads(captions[0].read_text(encoding="utf-8"))
             if _caption_ok(r.get("minicpm"))}
-    present, bad = set(), set()
+    writer, where, bad = _shard_writer(staging, "flame-recap-cc3m"), {}, set()
     for shard in shards:
         for entry in entries(shard):
             key, suffix = os.path.splitext(entry.name.rsplit("/", 1)[-1])
-            if suffix.lower() == ".jpg" and key in text and key not in present:
-                try:
-                    stage(staging, f"images/{key}.jpg", entry, decodes)
-                    present.add(key)
-                except ValueError:
-                    bad.add(key)
-    rows = [(key, f"images/{key}.jpg", caption) for key, caption in text.items() if key in present]
-    _write_pairs(staging, "flame-recap-cc3m", rows, result)
+            if suffix.lower() == ".jpg" and key in text and key not in where and key not in bad:
+                found = _sharded(writer, key, entry, text[key], bad)
+                if found is not None:
+                    where[key] = found
+    shards_written = writer.close()
+    rows = [(key, where[key], caption) for key, caption in text.items() if key in where]
+    _write_pairs(staging, "flame-recap-cc3m", rows, result, shards_written)
     result.settings = settings("flame-recap-cc3m")
-    result.dropped = {k: v for k, v in {"no image in the shards": set(text) - present - bad,
+    result.dropped = {k: v for k, v in {"no image in the shards": set(text) - set(where) - bad,
                                         "image does not decode": bad}.items() if v}
     return result
 
