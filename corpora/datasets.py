@@ -146,9 +146,9 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
                                              '{"shard", "member", "offset", "size", "caption"} or {"image": "<path>", '
                                              '"caption": "<text>"}) or prepare the dataset again')
 
-    def inside(number: int, rel) -> str:
+    def inside(number: int, field_name: str, rel) -> str:
         if not isinstance(rel, str) or not rel.strip():
-            raise bad(number, f"path {rel!r} is not a non-empty string")
+            raise bad(number, f"{field_name} is {rel!r}, not a non-empty string")
         if rel.startswith(("/", "\\")) or ".." in rel.replace("\\", "/").split("/") or ":" in rel[:3]:
             raise bad(number, f"{rel!r} is not a path inside {folder}")
         return rel
@@ -176,10 +176,10 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
                     raise bad(number, f"member {member!r} is not a file name inside the shard")
                 if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, size)):
                     raise bad(number, f"offset {offset!r} / size {size!r} are not byte counts")
-                images.append(shards.Member(folder / inside(number, row["shard"]), member, offset, size))
+                images.append(shards.Member(folder / inside(number, "shard", row["shard"]), member, offset, size))
                 ids.append(str(row.get("key") or f"{row['shard']}/{member}"))
             else:
-                images.append(folder / inside(number, row["image"]))
+                images.append(folder / inside(number, "image", row["image"]))
                 ids.append(row["image"])
             captions.append(caption)
             if limit and len(ids) >= limit:

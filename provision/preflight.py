@@ -283,8 +283,7 @@ def _vit_shape(tower) -> tuple[int, int, int, int]:
     return 0, 0, 0, 0
 
 
-def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0, streamed: bool = False,
-                pixels_streamed: bool = False) -> dict:
+def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float = 0.0) -> dict:
     """Training towers from scratch at ``rows`` training images: ``cfg.image_tower`` and, where the config has one,
     ``cfg.text_tower`` (Three Towers); FLAME's trains only the image tower against ``resident_bytes`` of frozen text
     features, which stay on the device too.
@@ -293,14 +292,15 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
     Korthikanti et al. (2022), s*b*h*(34 + 5*a*s/h) bytes per transformer layer in 16-bit; with gradient
     checkpointing only each layer's input stays (2*s*b*h) plus one layer recomputed at a time. State: 16 bytes per
     trained parameter (fp32 weights and gradients, Adam's two moments). Pixels: uint8, resident on every device
-    (``lib.core.train.fit``); ``streamed``: the training data stay in host memory and on disk, and only batches reach
-    the device (``lib.core.rows``); ``pixels_streamed``: the images too are decoded per batch
-    (``lib.data.image_rows``), so not even the host holds them. What :func:`fitting_setting` weighs."""
+    (``lib.core.train.fit``), unless ``cfg.train_data`` is ``streamed``: then the text features are read from the
+    store (``lib.core.rows``) and the images decoded per batch from their tar shards (``lib.data.image_rows``), so
+    neither the device nor the host holds them. What :func:`fitting_setting` weighs."""
     import torch
 
     from lib.nn.towers import build_image_tower
 
     dim = getattr(cfg, "embed_dim", None) or cfg.image_tower_dim
+    streamed = getattr(cfg, "train_data", "resident") == "streamed"
     with torch.device("meta"):
         image_params = sum(p.numel() for p in build_image_tower(cfg.image_tower, dim).parameters())
     text = getattr(cfg, "text_tower", None)
@@ -316,12 +316,10 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
 
     flops_step = 6.0 * (image_params * tokens + (text_params * text.context if text else 0)) * cfg.train.batch_size
     return {"image_params": image_params, "text_params": text_params, "state_bytes": 16 * (image_params + text_params),
-            "resident_bytes": 0.0 if streamed else resident_bytes, "streamed": streamed,
+            "resident_bytes": 0.0 if streamed else resident_bytes, "streamed": streamed, "pixels_streamed": streamed,
             "checkpointing": "image_tower.grad_checkpointing" + (" and text_tower.grad_checkpointing" if text else ""),
             "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
             "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
-            "host_pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2 if streamed and not pixels_streamed else 0,
-            "pixels_streamed": pixels_streamed,
             "bytes_per_image": 3 * cfg.image_tower.image_size ** 2,
             "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
             "flops": flops_step * cfg.train.steps}
@@ -414,9 +412,7 @@ def _training(report: Report, cfg) -> None:
                             * report.train["runs"])
     if getattr(cfg, "image_tower", None) is not None:  # pixels, not image features: as many as training texts
         own_text = getattr(cfg, "text_tower", None) is not None
-        streamed = getattr(cfg, "train_data", "resident") == "streamed"  # Three Towers streams its pixels too
-        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"],
-                                             streamed=streamed, pixels_streamed=streamed and own_text)
+        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"])
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -460,13 +456,6 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
                             f"{t['towers']['micro_batch_size']:,})")
         if free_gpu is not None and not found["fits"]:
             report.problems.append(f"device {device}: {how}")
-        host = t["towers"]["host_pixel_bytes"]
-        if host > 0.8 * psutil.virtual_memory().available:  # streamed features, but the pixels are held in memory
-            fits = int(0.8 * psutil.virtual_memory().available / t["towers"]["bytes_per_image"])
-            report.problems.append(f"host memory: the training images take about {host / 2**30:.0f} GiB as uint8 "
-                                   f"pixels, {psutil.virtual_memory().available / 2**30:.0f} GiB are available: set "
-                                   f"data.limit to about {fits:,} or fewer pairs (the pixels are held in memory; "
-                                   "only the text features stream from the store)")
     if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu and t.get("can_stream"):
         t["data_path"] = "streamed"  # the chapter reads its training features from the store's shards instead
         report.facts.append(f"training data path: streamed from the store (lib.core.rows): the training features, "

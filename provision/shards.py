@@ -8,7 +8,8 @@ a shard holds ``per_shard`` images (``prepare.shard_images`` in the dataset's ma
 numbers because webdataset cuts a member's name at its first dot, so a download's own names ("a.b.jpg") cannot
 serve. The writer returns where each image's bytes start, which the split's jsonl records, so
 :mod:`lib.data.shards` reads any image with one seek. Every shard is written as ``<name>.part`` and renamed when
-complete, inside the staging folder that only becomes the dataset once everything is written.
+complete, inside the staging folder that only becomes the dataset once everything is written. See
+book/scale_out.md, "Images in tar shards".
 """
 from __future__ import annotations
 

@@ -700,13 +700,13 @@ def _towers_training(cfg, rows: int) -> dict:
     an 80 GB GPU."""
     from provision import preflight
 
-    streamed = getattr(cfg, "train_data", "resident") == "streamed"  # Three Towers' pixels decoded per batch
-    costs = preflight.tower_costs(cfg, rows, streamed=streamed, pixels_streamed=streamed)
+    costs = preflight.tower_costs(cfg, rows)
     setting, found = preflight.fitting_setting(costs, 80 * 2**30)
-    held = 0 if streamed else costs["pixel_bytes"]
+    held = 0 if costs["pixels_streamed"] else costs["pixel_bytes"]  # streamed: decoded per batch, never held
     return {"runs": None, "flops": costs["flops"], "hours": costs["flops"] / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
             "image_params": costs["image_params"], "text_params": costs["text_params"],
-            "activation_bytes": costs["activation_bytes"], "pixel_bytes": held, "pixels_streamed": streamed,
+            "activation_bytes": costs["activation_bytes"], "held_pixel_bytes": held,
+            "pixels_streamed": costs["pixels_streamed"],
             "gpu_bytes": costs["activation_bytes"] + held + costs["state_bytes"],
             "setting_80gb": setting, **{k: v for k, v in found.items() if k != "fits"}}
 

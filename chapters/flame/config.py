@@ -34,7 +34,8 @@ class Config:
     against the frozen image features. ``image_tower`` (full): the paper's image encoder trained from scratch
     (Table 3), in front of every method instead of ``vision``'s frozen features, with ``image_tower_dim``
     outputs. ``train_data``: the training text features resident on the device, or ``streamed`` from the store's
-    shards (``lib.core.rows``); ``auto`` streams when they would take over half of the GPU's free memory.
+    shards (``lib.core.rows``), the image tower's training images then decoded per batch too
+    (``lib.data.image_rows``); ``auto`` streams when the text features would take over half of the GPU's free memory.
     ``val_limit`` / ``retrieval_limit``: the first N validation /
     unseen pairs (``data.limit``: training pairs). ``locales``: CLDR labels in other languages (emoji only).
     """

@@ -20,6 +20,7 @@ from lib.core.evaluate import retrieval, zero_shot
 from lib.core.rows import StoreRows
 from lib.core.train import fit, seed_everything
 from lib.data import pixel_cache
+from lib.data.image_rows import ImageRows
 from lib.methods import three_towers as tt
 from lib.methods.flame import Flame, official_caption
 from lib.methods.image_tower import WithImageTower
@@ -62,9 +63,14 @@ class ChapterFeatures:
             self._cache[name] = self.found.tensor(name)
         return self._cache[name]
 
-    def image(self, role: str) -> torch.Tensor:
-        """The frozen image features of a role's images, or their uint8 pixels when an image tower trains."""
+    def image(self, role: str) -> torch.Tensor | ImageRows:
+        """The frozen image features of a role's images, or their uint8 pixels when an image tower trains: the
+        training images decoded per batch from their files or tar shards when the training data stream
+        (:attr:`data_path`), so that neither the device nor the host holds 2.9M images."""
         images = self.bench.zero_shot[0] if role == "zero-shot" else getattr(self.bench, role)
+        if self.cfg.image_tower is not None and role == "train" and self.data_path == "streamed":
+            rows = ImageRows([images], self.cfg.image_tower.image_size, tt.pixels)
+            return rows.select(torch.arange(min(len(rows), self.rows.get(role) or len(rows))))
         if self.cfg.image_tower is not None:
             key = f"pixels:{images.name}"
             if key not in self._cache:
@@ -211,7 +217,7 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     row = {"method": label, "facets": k, "loss": loss, "seed": seed, "lr": result.settings.lr,
            "weight_decay": result.settings.weight_decay, "best_step": result.best_step,
            "train_s": round(result.seconds, 1),
-           "data_path": "streamed" if streamed and kind != "scratch" else "resident"}
+           "data_path": "streamed" if streamed and (kind != "scratch" or tower is not None) else "resident"}
     if bench.zero_shot:
         labelled = bench.zero_shot[0]
         found = zero_shot(model, feats.image("zero-shot"), short_text("zero-shot"), labelled)
