@@ -6,7 +6,8 @@
     python -m provision.prepare --list                                          # the datasets and what each reads
 
 Why: a full-config run reads each dataset in the layout its loader expects (``corpora.datasets.jsonl_pairs``:
-``train.jsonl`` / ``val.jsonl`` + images; ``folder_labelled``: one folder per class; ``corpora.full_sets``: the
+``train.jsonl`` / ``val.jsonl`` + the images in webdataset tar shards (:mod:`provision.shards`);
+``folder_labelled``: one folder per class; ``corpora.full_sets``: the
 released layouts of AWA2, CUB, FGVC-Aircraft and ImageNet+). Turning a download into that layout by hand is where
 a split stops being reproducible (which 10,000 pairs were held out?) and where a half-extracted archive starts
 being scored as complete. So each dataset has one command, and it:
@@ -15,8 +16,8 @@ being scored as complete. So each dataset has one command, and it:
   every checksum the manifest records (``downloads:`` of ``data_manifests/<dataset>.yaml``; md5 or sha256);
 * builds the loader's layout in ``.<name>.preparing`` beside the target (``--to``, default the manifest's
   location or ``<NAME>_DIR``), writing each file atomically, so an interrupted run resumes where it stopped
-  (files already there with the right size are kept), and renames the folder into place only at the end:
-  nothing half-prepared ever sits under the final name;
+  (files already there with the right size are kept; the image-caption datasets write their tar shards again),
+  and renames the folder into place only at the end: nothing half-prepared ever sits under the final name;
 * draws every choice it makes (a held-out split, a capped sample) from the manifest's seeded settings, and writes
   them into ``.prepared.json`` with the counts, what was dropped and why, and the sha256 of the index files
   (``train.jsonl``, ``classes.txt``, ...), which ``python -m provision.preflight`` checks before any run

@@ -4,7 +4,9 @@ One function per dataset, each ``(source, staging, options, verify, say) -> Prep
 under ``source`` (an archive or the folder it extracts to), has ``verify`` check them against the manifest, writes
 the loader's layout into ``staging`` (:class:`provision.prepare.Staging`: atomic files, resumable) and reports
 counts, drops and the settings it applied. Every choice is seeded from the manifest, never from the file system's
-listing order. The loaders these layouts feed: ``corpora.datasets.jsonl_pairs`` (cc3m-llava, flame-recap-cc3m),
+listing order. The image-caption datasets' images go into webdataset tar shards as they stream from the download
+(:class:`provision.shards.ShardWriter`). The loaders these layouts feed: ``corpora.datasets.jsonl_pairs``
+(cc3m-llava, flame-recap-cc3m),
 ``folder_labelled`` (imagenet-1k) and ``corpora.full_sets`` (awa2, cub, fgvc-aircraft, imagenet-plus). The
 whole path from download to full run: book/scale_out.md.
 """

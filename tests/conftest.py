@@ -126,6 +126,30 @@ def manifest_dir(tmp_path, monkeypatch):
     manifests.load.cache_clear()  # the real manifests are read again by later tests
 
 
+@pytest.fixture
+def edited_manifests(tmp_path, monkeypatch):
+    """A copy of the real ``data_manifests/``: returns ``edit(name, change)``, where ``change(manifest)`` edits the
+    loaded YAML of ``<name>.yaml`` in place before it is written back."""
+    import shutil
+
+    from corpora import manifests
+
+    folder = tmp_path / "manifests"
+    shutil.copytree(manifests.MANIFEST_DIR, folder)
+    monkeypatch.setattr(manifests, "MANIFEST_DIR", folder)
+    manifests.load.cache_clear()
+
+    def edit(name: str, change) -> None:
+        path = folder / f"{name}.yaml"
+        manifest = yaml.safe_load(path.read_text())
+        change(manifest)
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        manifests.load.cache_clear()
+
+    yield edit
+    manifests.load.cache_clear()
+
+
 SESSION_START = __import__("time").time()  # conftest is imported when the test session starts
 
 

@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from corpora import datasets, full_sets, manifests
 from provision import prepare, prepare_sets
@@ -131,18 +130,9 @@ def test_flame_recap_joins_captions_and_shards(downloads, tmp_path, monkeypatch)
 
 
 @pytest.fixture
-def small_caps(tmp_path, monkeypatch):
+def small_caps(edited_manifests):
     """The real manifests with ImageNet+'s caps lowered to 1 seen and 2 unseen images per class."""
-    folder = tmp_path / "manifests"
-    shutil.copytree(manifests.MANIFEST_DIR, folder)
-    path = folder / "imagenet-plus.yaml"
-    manifest = yaml.safe_load(path.read_text())
-    manifest["images"].update(seen_per_class=1, unseen_per_class=2)
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    monkeypatch.setattr(manifests, "MANIFEST_DIR", folder)
-    manifests.load.cache_clear()
-    yield
-    manifests.load.cache_clear()
+    edited_manifests("imagenet-plus", lambda m: m["images"].update(seen_per_class=1, unseen_per_class=2))
 
 
 def test_imagenet_plus_capped_extraction_is_what_the_loader_reads(downloads, tmp_path, monkeypatch, small_caps):
@@ -200,14 +190,10 @@ def test_check_names_what_changed_and_the_command_that_fixes_it(downloads, tmp_p
     assert "holds 0 images, 3 were prepared" in problem
 
 
-def test_changed_manifest_settings_ask_for_a_new_preparation(downloads, tmp_path, small_caps):
+def test_changed_manifest_settings_ask_for_a_new_preparation(downloads, tmp_path, edited_manifests):
     target = tmp_path / "cc3m"
     _prepare("cc3m-llava", downloads, target)
-    path = manifests.MANIFEST_DIR / "cc3m-llava.yaml"
-    manifest = yaml.safe_load(path.read_text())
-    manifest["prepare"]["seed"] = 1
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    manifests.load.cache_clear()
+    edited_manifests("cc3m-llava", lambda m: m["prepare"].update(seed=1))
     (problem,) = prepare.check("cc3m-llava", target)
     assert "prepared with other settings" in problem and "--force" in problem
 

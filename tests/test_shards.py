@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from PIL import Image
 
 from corpora import datasets, manifests
@@ -36,18 +35,9 @@ def downloads(tmp_path_factory):
 
 
 @pytest.fixture
-def sixteen_per_shard(tmp_path, monkeypatch):
+def sixteen_per_shard(edited_manifests):
     """The real manifests, with 16 images per shard so that 60 pairs take four shards."""
-    folder = tmp_path / "manifests"
-    shutil.copytree(manifests.MANIFEST_DIR, folder)
-    path = folder / "cc3m-llava.yaml"
-    manifest = yaml.safe_load(path.read_text())
-    manifest["prepare"]["shard_images"] = 16
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    monkeypatch.setattr(manifests, "MANIFEST_DIR", folder)
-    manifests.load.cache_clear()
-    yield
-    manifests.load.cache_clear()
+    edited_manifests("cc3m-llava", lambda m: m["prepare"].update(shard_images=16))
 
 
 @pytest.fixture
