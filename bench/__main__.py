@@ -5,8 +5,8 @@ Each benchmark writes ``<out-dir>/<name>.json`` (default ``bench/results/``); th
 benchmark (e.g. ``python -m bench --only training -- --cases paper``). ``--device cuda`` runs the GPU
 variant of each benchmark that has one (bf16 autocast, resident features).
 
-Time on 2 CPU cores at default sizes: vision_features, store, training and scaling together take a
-few minutes; text_features (one caption at a time through an LLM), text_precision (three language models
+Time on 2 CPU cores at default sizes: vision_features, store, image_shards, training and scaling together take
+a few minutes; text_features (one caption at a time through an LLM), text_precision (three language models
 in float32 and bfloat16, one of them again without the CPU's bfloat16 units) and facets (two LLMs, three
 methods) take about 4, 3 and 25 minutes, so ``--skip-slow`` leaves them (and their committed JSON) alone.
 """
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench import _common
 
-BENCHMARKS = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets")
+BENCHMARKS = ("vision_features", "store", "image_shards", "training", "scaling", "text_features", "text_precision",
+              "facets")
 SLOW = ("text_features", "text_precision", "facets")
 
 

@@ -22,10 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "book" / "performance.md"
 FIGURES = ROOT / "book" / "figures"
-ORDER = ("vision_features", "store", "training", "scaling", "text_features", "text_precision", "facets", "gpu_check")
+ORDER = ("vision_features", "store", "image_shards", "training", "scaling", "text_features", "text_precision", "facets",
+         "gpu_check")
 TITLES = {
     "vision_features": "Vision feature extraction",
     "store": "Feature store throughput",
+    "image_shards": "Training images from tar shards",
     "training": "Training step",
     "scaling": "Scaling with the dataset",
     "text_features": "Text feature extraction",
@@ -367,7 +369,23 @@ def gpu_check_section(report) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = {"vision_features": vision_section, "store": store_section, "training": training_section,
+def shards_section(report: dict) -> list[str]:
+    r = report["result"]
+    fetch, decoded = r["fetch_images_per_s"], r["decoded_images_per_s"]
+    rows = [[name, fetch["warm"][name], fetch["cold"][name], decoded[name]] for name in decoded]
+    return [f"{r['images']:,} synthetic JPEGs (256 px, {fmt(r['image_bytes_mean'] / 1000)} kB each) read in a random "
+            f"order, in batches of {r['batch_size']}, as a streamed training run reads them: one file per image "
+            f"({r['files_loose']:,} files) against {r['shards']} tar shards of {r['per_shard']:,} images written by "
+            "`provision.shards` and read by `lib.data.shards` (seek, check the tar header, read). *Fetch*: the bytes "
+            "only, the page cache warm or dropped first (cold); *decoded*: decoded and resized to 224 px "
+            "(`three_towers.pixels`), where decoding dominates. Best of "
+            f"{r['repeats']} interleaved rounds; rates in images per second. Both layouts give the same pixels "
+            "(the benchmark asserts it).", "",
+            *table(["layout", "fetch, warm", "fetch, cold", "decoded 224 px"], rows)]
+
+
+SECTIONS = {"vision_features": vision_section, "store": store_section, "image_shards": shards_section,
+            "training": training_section,
             "text_features": text_section, "text_precision": precision_section, "facets": facets_section,
             "gpu_check": gpu_check_section}
 

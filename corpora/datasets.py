@@ -150,7 +150,7 @@ def jsonl_pairs(name: str, split: str, limit: int | None = None) -> Pairs:
         if not isinstance(rel, str) or not rel.strip():
             raise bad(number, f"{field_name} is {rel!r}, not a non-empty string")
         if rel.startswith(("/", "\\")) or ".." in rel.replace("\\", "/").split("/") or ":" in rel[:3]:
-            raise bad(number, f"{rel!r} is not a path inside {folder}")
+            raise bad(number, f"{field_name} {rel!r} is not a path inside {folder}")
         return rel
 
     with open(path, "rb") as handle:

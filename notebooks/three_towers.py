@@ -250,8 +250,9 @@ plt.tight_layout()
 #
 # One loop for every chapter (`lib.core.train.fit`): AdamW, cosine schedule with warm-up, gradient
 # clipping. Here the pixels stay resident as uint8 (decoded once and cached: `lib.data.pixel_cache`); the full
-# config's 585k images at 224 px (82 GB) are decoded as each batch needs them instead (`train_data: streamed`,
-# `lib.data.image_rows`: the same batches, bit for bit). Either way they are augmented on the fly (random scale,
+# config's 585k images at 224 px (82 GB) are decoded as each batch needs them instead, from the webdataset tar
+# shards `python -m provision.prepare` writes (`train_data: streamed`, `lib.data.image_rows`, `lib.data.shards`:
+# the same batches, bit for bit). Either way they are augmented on the fly (random scale,
 # shift and flip: `lib.methods.three_towers.augment`). The two offline
 # configs keep different weights, each for a reason measured in the next section, and each applies one rule
 # to all three methods:

@@ -44,10 +44,10 @@ def read_member(member: Member, fix: str = "prepare the dataset again (python -m
         raise BadImageError(f"{member}: offset {member.offset} / size {member.size} cannot be a tar member's data: "
                             f"{fix}")
     try:
-        with open(member.shard, "rb") as handle:
+        with open(member.shard, "rb", buffering=0) as handle:  # one read of header and data, unbuffered
             handle.seek(member.offset - TAR_BLOCK)
-            header = handle.read(TAR_BLOCK)
-            data = handle.read(member.size)
+            block = handle.read(TAR_BLOCK + member.size)
+        header, data = block[:TAR_BLOCK], block[TAR_BLOCK:]
     except FileNotFoundError:
         raise BadImageError(f"{member.shard} does not exist: {fix}") from None
     name, size = _header_field(header, 0, 100), _header_field(header, 124, 136)
