@@ -154,6 +154,16 @@ def write_report(report: dict, out: str | os.PathLike) -> Path:
     return path
 
 
+def publish(name: str, config: dict, ratios: list[dict], out: str | os.PathLike, device: str = "cpu",
+            **measured) -> dict:
+    """One benchmark's report (its name, the machine, its config, its ratios, then what else it ``measured``),
+    written to ``out`` and its ratios printed; returned."""
+    report = {"benchmark": name, "machine": machine_info(device), "config": config, "ratios": ratios, **measured}
+    write_report(report, out)
+    print_ratios(report)
+    return report
+
+
 def print_ratios(report: dict) -> None:
     for r in report.get("ratios", []):
         print(f"{r['value']:8.3g}x  {r['name']}  ({r['candidate']} vs {r['baseline']}, {r['measure']})")

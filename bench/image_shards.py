@@ -151,16 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = args.repeats or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory(prefix="bench-shards-", dir=args.tmp) as tmp:
         result = measure(n, per_shard, repeats, Path(tmp))
-    report = {
-        "benchmark": NAME,
-        "machine": _common.machine_info("cpu"),
-        "config": {"images": n, "per_shard": per_shard, "repeats": repeats, "quick": args.quick},
-        "ratios": ratios(result),
-        "result": result,
-    }
-    _common.write_report(report, args.out)
-    _common.print_ratios(report)
-    return report
+    config = {"images": n, "per_shard": per_shard, "repeats": repeats, "quick": args.quick}
+    return _common.publish(NAME, config, ratios(result), args.out, result=result)
 
 
 if __name__ == "__main__":

@@ -178,16 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = args.repeats or (1 if args.quick else 5)
     with tempfile.TemporaryDirectory(prefix="bench-store-", dir=args.tmp) as tmp:
         result = measure(rows, args.dim, shard_rows, repeats, Path(tmp))
-    report = {
-        "benchmark": NAME,
-        "machine": _common.machine_info("cpu"),
-        "config": {"rows": rows, "dim": args.dim, "shard_rows": shard_rows, "repeats": repeats, "quick": args.quick},
-        "ratios": ratios(result),
-        "result": result,
-    }
-    _common.write_report(report, args.out)
-    _common.print_ratios(report)
-    return report
+    config = {"rows": rows, "dim": args.dim, "shard_rows": shard_rows, "repeats": repeats, "quick": args.quick}
+    return _common.publish(NAME, config, ratios(result), args.out, result=result)
 
 
 if __name__ == "__main__":
