@@ -549,7 +549,7 @@ deviations
 #
 # | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small / medium config |
 # |---|---|---|---|
-# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states |
+# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states; full config: frozen DINOv2-B and mpnet states. The paper's setting, open_clip's ViT-B-32 towers trained through the head beside a CLIP baseline on the same towers, is `lib.methods.fdt_towers` (tested; the full config does not use it yet) |
 # | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
 # | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs |
 # | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | small: 256 × 64; medium: 512 × 64 (CPU); full config: 16,384 × 512 |
