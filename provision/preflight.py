@@ -316,11 +316,10 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
 
     flops_step = 6.0 * (image_params * tokens + (text_params * text.context if text else 0)) * cfg.train.batch_size
     return {"image_params": image_params, "text_params": text_params, "state_bytes": 16 * (image_params + text_params),
-            "resident_bytes": 0.0 if streamed else resident_bytes, "streamed": streamed, "pixels_streamed": streamed,
+            "resident_bytes": 0.0 if streamed else resident_bytes, "streamed": streamed,
             "checkpointing": "image_tower.grad_checkpointing" + (" and text_tower.grad_checkpointing" if text else ""),
             "activation_bytes_per_sample": full, "checkpointed_bytes_per_sample": checkpointed,
             "activation_bytes": full * micro, "pixel_bytes": rows * 3 * cfg.image_tower.image_size ** 2,
-            "bytes_per_image": 3 * cfg.image_tower.image_size ** 2,
             "logits_bytes": 6 * micro * micro * 4, "batch_size": cfg.train.batch_size, "micro_batch_size": micro,
             "flops": flops_step * cfg.train.steps}
 
@@ -449,7 +448,7 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
         t["towers"].update(setting=how, **found)
         where = f"{free_gpu / 2**30:.0f} GiB free on {device}" if free_gpu is not None else "an 80 GB GPU (assumed)"
         pixels = (f"pixels decoded per batch, {t['towers']['pixel_bytes'] / 2**30:.1f} GiB of them never held"
-                  if t["towers"]["pixels_streamed"] else
+                  if t["towers"]["streamed"] else
                   f"pixels resident on the device, {t['towers']['pixel_bytes'] / 2**30:.1f} GiB")
         report.facts.append(f"training the towers from scratch on {where}: {how} ({pixels}; towers' activations "
                             f"{t['towers']['activation_bytes'] / 2**30:.1f} GiB at micro-batch "

@@ -702,11 +702,11 @@ def _towers_training(cfg, rows: int) -> dict:
 
     costs = preflight.tower_costs(cfg, rows)
     setting, found = preflight.fitting_setting(costs, 80 * 2**30)
-    held = 0 if costs["pixels_streamed"] else costs["pixel_bytes"]  # streamed: decoded per batch, never held
+    held = 0 if costs["streamed"] else costs["pixel_bytes"]  # streamed: decoded per batch, never held
     return {"runs": None, "flops": costs["flops"], "hours": costs["flops"] / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
             "image_params": costs["image_params"], "text_params": costs["text_params"],
             "activation_bytes": costs["activation_bytes"], "held_pixel_bytes": held,
-            "pixels_streamed": costs["pixels_streamed"],
+            "pixels_streamed": costs["streamed"],
             "gpu_bytes": costs["activation_bytes"] + held + costs["state_bytes"],
             "setting_80gb": setting, **{k: v for k, v in found.items() if k != "fits"}}
 

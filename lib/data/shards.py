@@ -19,6 +19,7 @@ from lib.data.images import BadImageError, decode_image
 __all__ = ["TAR_BLOCK", "Member", "read_member", "open_member_image"]
 
 TAR_BLOCK = 512  # a tar header is one block; the member's data starts right after it
+PREPARE_AGAIN = "prepare the dataset again (python -m provision.prepare)"
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def _header_field(header: bytes, start: int, end: int) -> str:
     return header[start:end].split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
 
-def read_member(member: Member, fix: str = "prepare the dataset again (python -m provision.prepare)") -> bytes:
+def read_member(member: Member, fix: str = PREPARE_AGAIN) -> bytes:
     """The member's bytes, after checking that the tar header in front of them names this member and this size."""
     if member.offset < TAR_BLOCK or member.size < 0:
         raise BadImageError(f"{member}: offset {member.offset} / size {member.size} cannot be a tar member's data: "
@@ -63,5 +64,5 @@ def read_member(member: Member, fix: str = "prepare the dataset again (python -m
 
 def open_member_image(member: Member, *, mode: str | None = None, fix: str | None = None) -> Image.Image:
     """The image stored as ``member``, decoded with the checks a file gets (:func:`lib.data.images.open_image`)."""
-    remedy = fix or "prepare the dataset again (python -m provision.prepare)"
+    remedy = fix or PREPARE_AGAIN
     return decode_image(read_member(member, remedy), str(member), mode=mode, fix=remedy)
