@@ -1,6 +1,6 @@
 """FDT as the paper trains it: the image and text encoders learn through the codebook, from random weights.
 
-Chen et al. (CVPR 2023), §4.1: "We train ViT-B/32 based models", input 224 x 224, at most 77 language tokens, the
+Chen et al. (CVPR 2023), App. A: "We train ViT-B/32 based models", input 224 x 224, at most 77 language tokens, the
 patch and token features of the encoders' last layer projected into the FDT space. The book's small and medium
 configs read frozen, cached token sequences instead (:class:`lib.methods.fdt.FDTHead` alone); here open_clip's own
 model config (``ViT-B-32``: a 12-layer ViT at width 768 and CLIP's 12-layer text transformer at width 512) is built
