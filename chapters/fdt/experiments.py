@@ -286,8 +286,9 @@ def grounding_examples(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, 
         grid = int(len(patches) ** 0.5)
         patches = patches[len(patches) - grid * grid:]  # tokens "all": drop CLS / registers
         words = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenize([bench.retrieval.captions[i]])[0])
+        word_scores = token_code_scores(head, "text", *captions.batch([i]), [code])[0, :, 0]
         out.append({"item": i, "code": code, "caption": bench.retrieval.captions[i], "words": words,
-                    "patch_scores": patches.reshape(grid, grid).numpy(),
-                    "word_scores": token_code_scores(head, "text", *captions.batch([i]), [code])[0, :, 0].numpy()})
+                    "patch_scores": patches.reshape(grid, grid).cpu().numpy(),  # the head may sit on a GPU
+                    "word_scores": word_scores.cpu().numpy()})
     features.release_encoders()
     return out
