@@ -561,8 +561,8 @@ held_out = bench.retrieval  # unseen drawings with their captions (full config: 
 shown = min(len(held_out), 2048)
 with torch.no_grad():
     method_main.eval()
-    similarity = (method_main.embed_image(feats.image(vision_main, held_out)[:shown])
-                  @ method_main.embed_text(feats.captions(text_main, held_out)[:shown]).T)
+    similarity = (method_main.embed_image(feats.image(vision_main, held_out)[:shown]).cpu()
+                  @ method_main.embed_text(feats.captions(text_main, held_out)[:shown]).cpu().T)
 by, groups = sharelock.held_out_groups(cfg, held_out)
 if groups:
     hit = (similarity.argmax(1) == torch.arange(len(similarity))).float().numpy()
@@ -594,7 +594,7 @@ model = FrozenFeatureCLIP(features.ENCODERS.get(vision_main, cfg.device), featur
 few = list(range(4))
 pixels = torch.stack([model.preprocess(held_out.load_image(i)) for i in few])
 direct = model.encode_image(pixels) @ model.encode_text(model.tokenizer([held_out.captions[i] for i in few])).T
-wrapper_gap = float((direct - similarity[few][:, few]).abs().max())
+wrapper_gap = float((direct.cpu() - similarity[few][:, few]).abs().max())
 print(f"max |wrapper - cached pipeline| over a 4x4 similarity block: {wrapper_gap:.4f} (the cache holds fp16)")
 features.release_encoders()
 

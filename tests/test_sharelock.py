@@ -84,6 +84,15 @@ def test_embedding_accepts_any_float_dtype(dtype):
     assert torch.allclose(image.norm(dim=-1), torch.ones(3)) and torch.allclose(text.norm(dim=-1), torch.ones(3))
 
 
+@pytest.mark.parametrize("kind", ["mlp", "linear"])
+def test_host_features_follow_a_head_on_another_device(kind):
+    """``fit`` moves the head to the GPU while cached features stay on the host; the GPU check found a host feature
+    reaching a cuda head. The meta device stands in for cuda here: the text embedding lands where the head is."""
+    method = ShareLock(6, 4, HeadConfig(hidden_dim=8, num_layers=2), LossConfig(), kind=kind).to("meta").eval()
+    text = method.embed_text(torch.randn(3, 6, dtype=torch.float64))
+    assert text.device.type == "meta" and text.shape == (3, 4) and text.dtype == torch.float32
+
+
 @pytest.mark.parametrize("kind,hidden,layers", [("mlp", 16, 4), ("mlp", 32, 2), ("linear", 16, 4)])
 def test_method_diagram_is_drawn_from_the_built_head(kind, hidden, layers):
     import matplotlib

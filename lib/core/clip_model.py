@@ -34,13 +34,16 @@ class FrozenFeatureCLIP(nn.Module):
 
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        features = self.vision._forward(images.to(next(self.vision.model.parameters()).dtype)).float()
+        weight = next(self.vision.model.parameters())  # inputs follow the encoder, wherever the caller made them
+        features = self.vision._forward(images.to(device=weight.device, dtype=weight.dtype)).float()
         embedded = self.method.embed_image(features)
         return F.normalize(embedded, dim=-1) if normalize else embedded
 
     @torch.no_grad()
     def encode_text(self, tokens, normalize: bool = True) -> torch.Tensor:
         layer = self.text.layer
+        device = next(self.text.model.parameters()).device
+        tokens = {name: value.to(device) for name, value in tokens.items()}
         outputs = self.text.model(**tokens, output_hidden_states=layer != -1)
         hidden = outputs.last_hidden_state if layer == -1 else outputs.hidden_states[layer]
         features = pool(hidden, tokens["attention_mask"], self.text.pooling).float()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lib.nn.losses import ClipLoss
-from lib.nn.towers import ImageTowerConfig, TextTowerConfig, augment, normalise_pixels
+from lib.nn.towers import ImageTowerConfig, TextTowerConfig, tower_input
 
 __all__ = ["SequenceTowers", "EndToEndFDT"]
 
@@ -54,11 +54,7 @@ class SequenceTowers(nn.Module):
 
     def image(self, pixels_u8: torch.Tensor, augmented: bool = False):
         """``(pooled (B, embed), patch tokens (B, P, width), mask (B, P))`` of uint8 pixels."""
-        if pixels_u8.dtype != torch.uint8 or pixels_u8.ndim != 4:
-            raise ValueError(f"FDT's image tower reads uint8 pixels (N, 3, H, W), got a {tuple(pixels_u8.shape)} "
-                             f"{pixels_u8.dtype} tensor")
-        x = normalise_pixels(pixels_u8.to(next(self.visual.parameters()).device))
-        pooled, tokens = self.visual(augment(x) if augmented else x)
+        pooled, tokens = self.visual(tower_input(pixels_u8, self.visual, augmented=augmented))
         return pooled, tokens, torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
 
     def words(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lib.nn.towers import ImageTowerConfig, augment, build_image_tower, normalise_pixels
+from lib.nn.towers import ImageTowerConfig, build_image_tower, tower_input
 
 __all__ = ["WithImageTower"]
 
@@ -29,13 +29,7 @@ class WithImageTower(nn.Module):
         self.augment, self.chunk = augment, chunk
 
     def features(self, pixels_u8: torch.Tensor) -> torch.Tensor:
-        if pixels_u8.dtype != torch.uint8 or pixels_u8.ndim != 4:
-            raise ValueError(f"an image tower reads uint8 pixels (N, 3, H, W), got a {tuple(pixels_u8.shape)} "
-                             f"{pixels_u8.dtype} tensor: cached image features belong to the method without a tower")
-        images = normalise_pixels(pixels_u8.to(next(self.tower.parameters()).device))
-        if self.training and self.augment:
-            images = augment(images)
-        return self.tower(images)
+        return self.tower(tower_input(pixels_u8, self.tower, augmented=self.training and self.augment))
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.method.loss({**batch, "image": self.features(batch["image"])})

@@ -32,8 +32,12 @@ class ShareLock(nn.Module):
         self.criterion = ClipLoss(temperature=loss.temperature, learnable=loss.learnable)
 
     def embed_text(self, text_features: torch.Tensor) -> torch.Tensor:
+        """The head's embedding of cached text features, which may sit on another device than the trained head
+        (features stay on the host; ``fit`` moves the head to the GPU): they follow the head."""
         weight = next(self.text_head.parameters(), None)
-        return self.text_head(text_features.to(weight.dtype if weight is not None else torch.float32))
+        if weight is None:
+            return self.text_head(text_features.to(torch.float32))
+        return self.text_head(text_features.to(device=weight.device, dtype=weight.dtype))
 
     def embed_image(self, image_features: torch.Tensor) -> torch.Tensor:
         if image_features.shape[-1] != self.image_dim:

@@ -20,7 +20,7 @@ from lib.core.config import LossConfig
 from lib.nn.losses import ClipLoss
 from lib.nn.towers import (
     BagTower, ConvTower, ImageTowerConfig, TextTower, TextTowerConfig, TimmTower, augment, build_image_tower,
-    build_text_tower, normalise_pixels,
+    build_text_tower, normalise_pixels, tower_input,
 )
 
 __all__ = [
@@ -165,10 +165,7 @@ class ThreeTowers(nn.Module):
     # -- the three towers --
     def tower_f(self, pixels_u8: torch.Tensor) -> torch.Tensor:
         """f(I), L2-normalised (paper §2: ||f(I)||_2 = 1)."""
-        images = normalise_pixels(pixels_u8)
-        if self.training and self.augment:
-            images = augment(images)
-        return F.normalize(self.f(images), dim=-1)
+        return F.normalize(self.f(tower_input(pixels_u8, self.f, augmented=self.training and self.augment)), dim=-1)
 
     def tower_g(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """g(T), L2-normalised (paper §2: ||g(T)||_2 = 1)."""
@@ -263,7 +260,7 @@ class TwoTowerModel(nn.Module):
 
     @torch.no_grad()
     def encode_image(self, pixels_u8: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.f(normalise_pixels(pixels_u8)), dim=-1)
+        return F.normalize(self.f(tower_input(pixels_u8, self.f)), dim=-1)
 
     @torch.no_grad()
     def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

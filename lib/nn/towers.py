@@ -19,7 +19,8 @@ from torch import nn
 from lib.core.encoders import pool
 
 __all__ = ["ImageTowerConfig", "TextTowerConfig", "ConvTower", "TimmTower", "OpenClipImageTower", "TextTower",
-           "BagTower", "OpenClipTextTower", "build_image_tower", "build_text_tower", "normalise_pixels", "augment"]
+           "BagTower", "OpenClipTextTower", "build_image_tower", "build_text_tower", "normalise_pixels", "augment",
+           "tower_input"]
 
 PIXEL_MEAN, PIXEL_STD = 0.5, 0.5  # towers trained from scratch: pixels mapped to [-1, 1]
 
@@ -44,6 +45,19 @@ def augment(images: torch.Tensor, generator: torch.Generator | None = None) -> t
     theta[:, :, 2] = shift
     grid = F.affine_grid(theta.to(images), list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, padding_mode="border", align_corners=False)
+
+
+def tower_input(pixels_u8: torch.Tensor, tower: nn.Module, *, augmented: bool = False) -> torch.Tensor:
+    """What every tower trained from scratch reads: uint8 pixels ``(N, 3, H, W)`` moved to the tower's device
+    (training batches may be streamed on the host), mapped to [-1, 1] and, while training, augmented.
+
+    One place for the four towers that read pixels (FLAME's and FDT's image towers, Three Towers' f and its
+    two-tower export), so that they cannot drift apart in scaling or augmentation."""
+    if pixels_u8.dtype != torch.uint8 or pixels_u8.ndim != 4:
+        raise ValueError(f"an image tower reads uint8 pixels (N, 3, H, W), got a {tuple(pixels_u8.shape)} "
+                         f"{pixels_u8.dtype} tensor: pass decoded images (lib.data.images), not cached image features")
+    images = normalise_pixels(pixels_u8.to(next(tower.parameters()).device))
+    return augment(images) if augmented else images
 
 
 @dataclass(frozen=True)
