@@ -26,9 +26,9 @@
 #
 # The small config (the default) runs top to bottom on a CPU in minutes. The full config needs internet access and the following:
 #
-# - **GPU:** the feature pass needs about 1.7 GiB; training holds the 100k training pairs' patch and word-token features resident (the config's data.limit), about 40 GB, beside a 16,384 × 512 codebook (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
-# - **time:** about 0.02 GPU-hours of features (9.2e15 FLOPs: DINOv2-B patch tokens of 160k images, MPNet word states of 110k captions), at an assumed 120 TFLOP/s of bf16; computed, not measured; the 20k training steps at batch 4,096 are not in the cost model yet (the paper trains its encoders on 15M pairs)
-# - **data:** CC3M-LLaVA pairs (the first 100k) and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`); the patch and token features take about 77 GB in the store
+# - **GPU:** the encoders train from random weights through the 16,384 × 512 codebook, as in the paper: open_clip's ViT-B/32 (88M parameters) and CLIP's text transformer (63M) at batch 4,096 need about 139 GiB of activations (Korthikanti et al.'s per-layer estimate, 16-bit), so 2 80 GB GPUs with DDP or 1 with image_tower.grad_checkpointing and text_tower.grad_checkpointing: true (about 72 GiB per card); the 585k training images (82 GiB as uint8 at 224 px) are decoded per batch from their tar shards and never held, and no feature is stored (computed by provision.preflight's cost model from the real configs: `python -m tools.standins --launch-estimates`)
+# - **time:** about 10.5 GPU-hours per run (4.5e18 FLOPs: 20k steps at batch 4,096, 6 × parameters × tokens), at an assumed 120 TFLOP/s of bf16; the chapter trains 5 runs (FDT, CLIP and three FDT variants), each shortened by early stopping; computed, not measured
+# - **data:** CC3M-LLaVA pairs (the public stand-in for the paper's YFCC-15M) and ImageNet-1k val, each prepared by `python -m provision.prepare <dataset> --from <downloads>` (`data_manifests/cc3m-llava.yaml`, `imagenet-1k.yaml`)
 #
 # ```bash
 # papermill notebooks/fdt.ipynb out.ipynb -p config full
@@ -52,10 +52,11 @@
 # relevances into weights with exact zeros, and the embedding is the weighted sum of the codes.
 # An image and its caption are then similar when they switch on the *same codes*.
 #
-# The paper trains both encoders from scratch on 15M to 145M pairs. This book keeps the encoders
+# The paper trains both encoders from scratch on 15M to 145M pairs. The CPU configs keep the encoders
 # **frozen** (DINOv2 patch states {cite}`oquab2024dinov2` and all-MiniLM-L6-v2 word-piece states
-# {cite}`reimers2019sbert`) and trains only what FDT adds: two query projectors, the codebook and
-# the logit scale. The comparison that matters, FDT against a pooled CLIP-style head on the very same
+# {cite}`reimers2019sbert`) and train only what FDT adds: two query projectors, the codebook and
+# the logit scale; the full config trains the paper's ViT-B/32 and text transformer from random weights through
+# the same head (`chapters.fdt.towers`). The comparison that matters, FDT against a pooled CLIP-style head on the very same
 # features, budget and seeds, is run in full; the paper's absolute numbers are not.
 #
 # **What you will learn:** how FDT's codebook head works, shape by shape; what decides whether
@@ -66,7 +67,8 @@
 # Three configs: **small** (the default and CI's: real pretrained models that install from PyPI, emoji
 # drawings and Fashion-MNIST, CPU in minutes); **medium** (the same frozen encoders on
 # ~17,500 offline drawings pooled from four sources, a 512-code codebook, a data-size curve; CPU; this run
-# took {glue:md}`runtime`); **full** (the paper's 16,384 × 512 codebook, a GPU machine with the datasets):
+# took {glue:md}`runtime`); **full** (the paper's setting: ViT-B/32 and a 12-layer text transformer trained through
+# a 16,384 × 512 codebook on CC3M-LLaVA, a GPU machine with the datasets):
 # `papermill notebooks/fdt.ipynb out.ipynb -p config medium|full`.
 
 # %% tags=["remove-cell"]
@@ -133,8 +135,10 @@ changes = chapter_configs.parameter_overrides(seeds=seeds, overrides=overrides)
 cfg = fdt.load_config(config, changes)
 if config == "full":  # data prepared, models reachable, device, memory and disk: one line per problem, in seconds
     require("fdt", config, overrides=changes)
-print(f"config {config!r}: seeds {list(cfg.seeds)}{' (quick: the first only)' if quick else ''}; "
-      f"{cfg.vision.name} (image tokens: {cfg.image_tokens}) + {cfg.text.name} (word-piece states)")
+encoders = (f"{cfg.image_tower.open_clip_model} towers trained from random weights at {cfg.image_tower.image_size} px "
+            f"(text: {cfg.text_tower.tokenizer}, {cfg.text_tower.context} tokens)" if cfg.towers else
+            f"{cfg.vision.name} (image tokens: {cfg.image_tokens}) + {cfg.text.name} (word-piece states)")
+print(f"config {config!r}: seeds {list(cfg.seeds)}{' (quick: the first only)' if quick else ''}; {encoders}")
 print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.projector} projector, {cfg.fdt.weighting}, "
       f"temperature {cfg.fdt.temperature:g}; variants: {', '.join(v.name for v in cfg.variants)}")
 
@@ -184,10 +188,10 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
 # %%
 store = FeatureStore(paths.store_dir(), verify=cfg.store.verify)
 found = features.materialise(store, fdt.feature_plan(cfg, bench), device=cfg.device)
-feats = fdt.ChapterFeatures(cfg, found)
+feats = fdt.chapter_features(cfg, bench, found)
 image_dim, text_dim = feats.dims(bench)
 print(found.summary())
-print(f"training pairs: {feats.image(bench.train)!r}\n                {feats.captions(bench.train)!r}")
+print(feats.describe(bench))
 
 # %% [markdown]
 # ## Sparsemax
@@ -292,7 +296,8 @@ print(f"trainable parameters: {sum(p.numel() for p in fresh.parameters()):,}")
 # only, as the official code), steps, batches and seeds.
 
 # %%
-print(fdt.build_pooled(cfg.baseline, image_dim, text_dim))
+print(fdt.build_pooled(cfg.baseline, image_dim, text_dim) if not cfg.towers else
+      "CLIP: the same towers' pooled, projected outputs (open_clip's class token and end-of-text token)")
 
 # %% [markdown]
 # ## Training
@@ -405,7 +410,7 @@ table
 # depends on the spread of the relevances, i.e. on the temperature relative to the codebook size.
 
 # %%
-usage, per_item = fdt.usage_rows(trained, feats, bench, cfg)
+usage, per_item = fdt.usage_rows(trained, bench, cfg)
 per_item = pd.DataFrame(per_item)
 fig, axis = plt.subplots(figsize=(9, 3.5))
 sns.histplot(data=per_item[per_item["head"].isin(["FDT", "softmax", "temperature 1000", "paper formula"])], x="active codes",
@@ -481,7 +486,8 @@ if stuck:
 # weights.
 
 # %%
-examples = fdt.grounding_examples(trained["FDT"][0], feats, bench, cfg)
+fdt_head, _, fdt_sequences = trained["FDT"]  # the head and the sequences it reads (its own towers' in the full config)
+examples = fdt.grounding_examples(fdt_head, fdt_sequences, bench, cfg)
 fig, axes = plt.subplots(len(examples), 2, figsize=(10, 2.4 * len(examples)), gridspec_kw={"width_ratios": [1, 3]}, squeeze=False)
 for (left, right), example in zip(axes, examples):
     picture = bench.retrieval.load_image(example["item"]).convert("RGBA")
@@ -549,9 +555,9 @@ deviations
 #
 # | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small / medium config |
 # |---|---|---|---|
-# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states; full config: frozen DINOv2-B and mpnet states. The paper's setting, open_clip's ViT-B-32 towers trained through the head beside a CLIP baseline on the same towers, is `lib.methods.fdt_towers` (tested; the full config does not use it yet) |
+# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states; full config: the paper's setting: open_clip's ViT-B-32 towers (a 12-layer ViT at width 768 and CLIP's 12-layer text transformer at width 512, CLIP's BPE, 77 tokens, 224 px) trained from random weights through the head, beside CLIP on the same towers (`lib.methods.fdt_towers`, `chapters.fdt.towers`); frozen DINOv2-B and mpnet sequences stay the cheaper full option (`image_tower: null`, `text_tower: null`) |
 # | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
-# | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs |
+# | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs; full: CC3M-LLaVA's 563k pairs (the public stand-in for YFCC-15M), images decoded per batch from their tar shards, ImageNet-1k zero-shot |
 # | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | small: 256 × 64; medium: 512 × 64 (CPU); full config: 16,384 × 512 |
 # | projector | fully-connected layer + GELU | LN–Linear–GELU–LN–Linear | the code's |
 # | relevance scale | ⟨q, c⟩ | ⟨q, c⟩ / √d / 1000 | ⟨q, c⟩ / √d / (1000 × K / 16,384): 15.625 (small), 31.25 (medium); 1000 as a variant |

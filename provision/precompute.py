@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.chapter} {record['name']}: key {record['key'][:12]}, {record['rows']} rows{items} x "
                       f"{record['dim']}, {record['shards']} shards (computed per rank [{ranks}]{late}, "
                       f"{record['shards'] - computed} reused)", flush=True)
+            if not records:
+                print(f"{args.chapter}: nothing to precompute: this config reads no stored features (its encoders "
+                      "train from pixels and token ids)", flush=True)
             if args.report:
                 Path(args.report).write_text(json.dumps({"chapter": args.chapter, "config": args.config,
                                                          "world_size": world, "entries": records}, indent=1))

@@ -184,6 +184,17 @@ def _config_models(cfg) -> dict:
     return found
 
 
+def _open_clip_tokenizer_problem(name: str) -> list[str]:
+    """``open_clip:<model>``: the tokenizer of one of open_clip's own model configs, loaded without the hub."""
+    import open_clip
+
+    model = name.removeprefix("open_clip:")
+    if model not in open_clip.list_models():
+        return [f"tokenizer {name}: open_clip has no model config {model!r} (open_clip.list_models() names them, "
+                "e.g. open_clip:ViT-B-32)"]
+    return []
+
+
 def _tokenizers(cfg) -> list[str]:
     """Tokenizer-only models a config names (``tokenizer:`` of a text tower): checked, never estimated."""
     found = []
@@ -304,6 +315,10 @@ def tower_costs(cfg, rows: int, vocab_size: int = 30522, resident_bytes: float =
     with torch.device("meta"):
         image_params = sum(p.numel() for p in build_image_tower(cfg.image_tower, dim).parameters())
     text = getattr(cfg, "text_tower", None)
+    if text is not None and text.tokenizer.startswith("open_clip:"):  # CLIP's BPE (FDT): its own vocabulary
+        import open_clip
+
+        vocab_size = open_clip.get_tokenizer(text.tokenizer.removeprefix("open_clip:")).vocab_size
     text_params = text.depth * 12 * text.width ** 2 + vocab_size * text.width if text is not None else 0
     layers, tokens, width, heads = _vit_shape(cfg.image_tower)
     towers = [(layers, tokens, width, heads)] + ([(text.depth, text.context, text.width, text.heads)] if text else [])
@@ -382,10 +397,11 @@ def _runs(chapter: str, cfg) -> int | None:
     return None
 
 
-def _training(report: Report, cfg) -> None:
+def _training(report: Report, cfg, train_images: int = 0) -> None:
     """The training's resident features and logits (``lib.core.train.fit`` keeps the training tensors on the device in
     float32; a CLIP loss builds B x B logits for both directions, with their gradients) and, for a ShareLock-style head,
-    its FLOPs: :func:`train_step_flops` x steps x runs (early stopping can only shorten it)."""
+    its FLOPs: :func:`train_step_flops` x steps x runs (early stopping can only shorten it). ``train_images``: the
+    training set's size, which sizes towers trained from pixels when no stored feature counts them (FDT's full)."""
     train = getattr(cfg, "train", None)
     if train is None:
         return
@@ -411,7 +427,8 @@ def _training(report: Report, cfg) -> None:
                             * report.train["runs"])
     if getattr(cfg, "image_tower", None) is not None:  # pixels, not image features: as many as training texts
         own_text = getattr(cfg, "text_tower", None) is not None
-        report.train["towers"] = tower_costs(cfg, rows or text_rows, resident_bytes=0 if own_text else resident["text"])
+        report.train["towers"] = tower_costs(cfg, rows or text_rows or train_images,
+                                             resident_bytes=0 if own_text else resident["text"])
 
 
 def _check_device(report: Report, device: str) -> float | None:
@@ -452,7 +469,9 @@ def _check_space(report: Report, store_root: str | None, free_gpu: float | None,
                   f"pixels resident on the device, {t['towers']['pixel_bytes'] / 2**30:.1f} GiB")
         report.facts.append(f"training the towers from scratch on {where}: {how} ({pixels}; towers' activations "
                             f"{t['towers']['activation_bytes'] / 2**30:.1f} GiB at micro-batch "
-                            f"{t['towers']['micro_batch_size']:,})")
+                            f"{t['towers']['micro_batch_size']:,}; {t['towers']['flops']:.2e} FLOPs per run, "
+                            f"{t['towers']['flops'] / (ASSUMED_TFLOPS * 1e12) / 3600:.1f} GPU-hours at an assumed "
+                            f"{ASSUMED_TFLOPS:.0f} TFLOP/s)")
         if free_gpu is not None and not found["fits"]:
             report.problems.append(f"device {device}: {how}")
     if free_gpu is not None and t and t["resident_bytes"] + t["logits_bytes"] > 0.9 * free_gpu and t.get("can_stream"):
@@ -513,10 +532,12 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
         return report
     for dataset in _datasets(cfg):
         report.problems += prepare.check(dataset)
-    plan = None
+    plan, train_images = None, 0
     if report.ok:
         try:
-            plan = module.feature_plan(cfg, module.benchmark(cfg))
+            bench = module.benchmark(cfg)
+            plan = module.feature_plan(cfg, bench)
+            train_images = len(getattr(bench, "train", None) or ())
         except (manifests.DatasetMissingError, FileNotFoundError) as error:
             report.problems.append(f"data: {error}")
     device = device or getattr(cfg, "device", "cpu")
@@ -529,14 +550,16 @@ def check(chapter: str, config: str = "full", *, overrides: dict | str | None = 
         if problem:
             report.problems.append(problem)
     for name in _tokenizers(cfg):
-        if name not in names:
+        if name.startswith("open_clip:"):  # open_clip's own tokenizer of a model config (CLIP's BPE ships with it)
+            report.problems += _open_clip_tokenizer_problem(name)
+        elif name not in names:
             _, problem = _model(name, None, "transformers", tokenizer_only=True)
             if problem:
                 report.problems.append(problem.replace(f"model {name}", f"tokenizer {name}"))
     if plan is None:
         return report
     _estimate(report, plan, report.models)
-    _training(report, cfg)
+    _training(report, cfg, train_images)
     _check_space(report, store_root, free_gpu, device)
     for info in report.models.values():
         info.pop("tokenizer", None)

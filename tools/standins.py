@@ -522,7 +522,8 @@ OVERRIDES = {
                     "image_tower: {vit_width: 64, vit_layers: 1, image_size: 32}, "
                     "text_tower: {width: 32, depth: 1, heads: 2, context: 16}}",
     "fdt": "{device: cpu, " + TRAIN + ", " + PAIRS + ", fdt: {num_codes: 64, code_dim: 32}, baseline: {embed_dim: 32}, "
-           "init_probe: [64, 32]}",
+           "init_probe: [64, 32], image_tower: {vit_width: 64, vit_layers: 1, image_size: 64}, "
+           "text_tower: {width: 32, depth: 1, heads: 2, context: 16}}",
 }
 SEEDS = {"viterb": "[0]"}  # ViTeRB's three seeds x 6 models x 4 text types x 4 datasets: one seed is the same code
 
@@ -747,18 +748,19 @@ def launch_estimates(config_cache: Path) -> dict:
         data = getattr(cfg, "data", None)
         vision = getattr(cfg, "vision", None)
         visions = list(vision) if isinstance(vision, (list, tuple)) else [vision] if vision else []
+        trains_encoders = getattr(cfg, "towers", False) is True  # FDT's full config: no frozen model is read
         if data is not None:
             pairs = PAPER_SCALE[data.pairs_dataset]
             if data.limit:  # data.limit keeps the first N training pairs; the 10,000 held-out pairs stay
                 pairs = min(pairs, data.limit + 10_000)
             images = pairs + sum(PAPER_SCALE[d] for d in data.zero_shot)
-            for v in ([cfg.third] if hasattr(cfg, "third") else []) + visions:
+            for v in ([cfg.third] if hasattr(cfg, "third") else []) + ([] if trains_encoders else visions):
                 patches = (v.image_size // (model(v).get("patch") or 14)) ** 2
                 per = patches if getattr(cfg, "image_tokens", None) == "patches" else 1
                 work.append((v, images, patches + 1, per, "image"))
             texts = [t for t in (getattr(cfg, "text", None) or ())] if isinstance(getattr(cfg, "text", None), tuple) \
                 else [cfg.text] if getattr(cfg, "text", None) else []
-            for t in texts + list(getattr(cfg, "baselines", ()) or ()):
+            for t in ([] if trains_encoders else texts) + list(getattr(cfg, "baselines", ()) or ()):
                 facets = len(getattr(t, "facets", ()) or ())
                 limit = getattr(t, "max_caption_tokens", None) or t.max_length
                 per_caption = limit + 24 * facets if facets else limit
@@ -818,7 +820,7 @@ def launch_estimates(config_cache: Path) -> dict:
             train = {"runs": runs, "flops": train_flops,
                      "hours": train_flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
                      "gpu_bytes": resident + 6 * batch * batch * 4 + 4 * batch * head.hidden_dim * head.num_layers * 4}
-        if chapter == "three_towers":
+        if chapter == "three_towers" or getattr(cfg, "towers", False) is True:  # FDT's encoders trained through it
             train = _towers_training(cfg, pairs - 10_000)
         out[chapter] = {"feature_flops": flops, "feature_hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
                         "store_bytes": store, "gpu_bytes": gpu, "host_bytes": host, "train": train,

@@ -13,6 +13,7 @@ from corpora.datasets import DataConfig
 from lib.core.config import StoreConfig, TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.recipes import SweepConfig
 from lib.methods.fdt import OFFICIAL
+from lib.nn.towers import ImageTowerConfig, TextTowerConfig
 
 NAME = "fdt"
 
@@ -98,7 +99,10 @@ class Variant:
 class Config:
     """``notebooks/configs/fdt.yaml``, validated on load (``lib.core.config``). ``image_tokens``: ``patches``
     (official: no CLS) or ``all`` (CLS first); ``init_probe``: the ``[num_codes, code_dim]`` at which a fresh
-    head's sparsity is measured (the paper's 16,384 x 512), on ``init_probe_items`` items."""
+    head's sparsity is measured (the paper's 16,384 x 512), on ``init_probe_items`` items. ``image_tower`` and
+    ``text_tower`` (full): the paper's setting, open_clip's towers trained from random weights through the head
+    (:mod:`chapters.fdt.towers`) instead of ``vision``'s and ``text``'s frozen sequences; ``train_data: streamed``
+    decodes the training images per batch from their tar shards."""
 
     data: DataConfig
     vision: VisionModelConfig
@@ -116,8 +120,24 @@ class Config:
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares (medium)
+    image_tower: ImageTowerConfig | None = None  # full: the encoders trained through FDT (None: frozen sequences)
+    text_tower: TextTowerConfig | None = None
+    train_data: Literal["resident", "streamed"] = "resident"  # the towers' training images: held, or per batch
+
+    @property
+    def towers(self) -> bool:
+        """Whether the encoders train through the head (the paper's setting) rather than stay frozen."""
+        return self.image_tower is not None
+
+    @property
+    def embed_dim(self) -> int:
+        """The width of the baseline's embeddings: what ``provision.preflight.tower_costs`` sizes the towers with."""
+        return self.baseline.embed_dim
 
     def __post_init__(self) -> None:
+        if (self.image_tower is None) != (self.text_tower is None):
+            raise ValueError("image_tower and text_tower go together: set both (the encoders trained through FDT) "
+                             "or neither (frozen vision and text sequences)")
         if len(self.init_probe) != 2 or min(self.init_probe) < 1:
             raise ValueError(f"init_probe must be [num_codes, code_dim], got {list(self.init_probe)}")
         if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):

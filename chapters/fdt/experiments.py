@@ -9,6 +9,7 @@ import dataclasses
 import torch
 
 from chapters.fdt.config import Config, FDTHeadConfig, PooledHeadConfig, Variant
+from chapters.fdt.towers import TowerInputs, TowerSequences
 from corpora import benchmarks, medium
 from corpora.datasets import Benchmark
 from lib.core import curves, features, recipes
@@ -18,6 +19,7 @@ from lib.core.evaluate import retrieval as embedding_retrieval
 from lib.core.results import Runs
 from lib.core.sequences import SequenceFeatures
 from lib.core.train import fit, seed_everything
+from lib.data.image_rows import select
 from lib.methods.fdt import (
     OFFICIAL,
     FDTHead,
@@ -28,6 +30,7 @@ from lib.methods.fdt import (
     token_code_scores,
     weight_encoder,
 )
+from lib.methods.fdt_towers import EndToEndFDT
 
 
 def benchmark(cfg: Config) -> Benchmark:
@@ -51,8 +54,10 @@ def zero_shot_sets(cfg: Config, bench: Benchmark) -> list:
 def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     """Every feature the chapter reads: the image token sequences of every image set (training,
     validation, retrieval, zero-shot), the token sequences of the captions of every pair set and of the
-    zero-shot prompts."""
+    zero-shot prompts. Towers trained through FDT (``cfg.towers``) read pixels and token ids: nothing is stored."""
     plan = features.Plan()
+    if cfg.towers:
+        return plan
     for images in [bench.train, bench.val, bench.retrieval, *zero_shot_sets(cfg, bench)]:
         plan.add(features.image_tokens(cfg.vision, images, tokens=cfg.image_tokens, dtype=cfg.store.dtype))
     for pairs in (bench.train, bench.val, bench.retrieval):
@@ -91,6 +96,20 @@ class ChapterFeatures:
 
     def dims(self, bench: Benchmark) -> tuple[int, int]:  # (image token width, text token width)
         return self.image(bench.train).dim, self.captions(bench.train).dim
+
+    def word_pieces(self, text: str) -> list[str]:
+        """The word pieces of ``text`` as the frozen text encoder reads them (one stored state each)."""
+        encoder = features.ENCODERS.get(self.cfg.text, self.cfg.device)
+        return encoder.tokenizer.convert_ids_to_tokens(encoder.tokenize([text])[0])
+
+    def describe(self, bench: Benchmark) -> str:
+        return f"training pairs: {self.image(bench.train)!r}\n                {self.captions(bench.train)!r}"
+
+
+def chapter_features(cfg: Config, bench: Benchmark, found: features.Features) -> ChapterFeatures | TowerInputs:
+    """The stored sequences by role (:class:`ChapterFeatures`), or, when the towers train through FDT, what they
+    read (:class:`chapters.fdt.towers.TowerInputs`) with the sequences of freshly initialised towers by role."""
+    return TowerInputs(cfg, bench) if cfg.towers else ChapterFeatures(cfg, found)
 
 
 def build_fdt(cfg: FDTHeadConfig, image_dim: int, text_dim: int, **changes) -> FDTHead:
@@ -131,19 +150,22 @@ def retrieval(encode_image, encode_text, image_seqs: SequenceFeatures, caption_s
 
 def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str = "fdt", seed: int = 0,
                        variant: Variant | None = None, subset: torch.Tensor | None = None,
-                       train: TrainSettings | None = None) -> tuple[dict, object, torch.nn.Module]:
+                       train: TrainSettings | None = None) -> tuple[dict, object, torch.nn.Module, object]:
     """Train one head (``"fdt"`` with ``variant``'s changes, or ``"pooled"``; early stopping on the validation
     pairs), evaluate it zero-shot on :func:`zero_shot_sets` and by retrieval, and for FDT with its weights as
     features and its active codes. ``subset``: train on those training rows only (the data-size curve,
     ``chapters.fdt.checks``); ``train``: the recipe (default ``cfg.train``; :func:`choose_recipes`). Returns the row
-    (:class:`lib.core.results.Runs`), TrainResult and head."""
-    result, head, settings, train_rows = _fit_head(cfg, bench, feats, kind, seed, variant, subset, train or cfg.train)
+    (:class:`lib.core.results.Runs`), TrainResult, head, and the sequences the head reads: ``feats`` itself, or with
+    towers trained through FDT the trained towers' own (:class:`chapters.fdt.towers.TowerSequences`)."""
+    result, head, settings, train_rows, feats = _fit_head(cfg, bench, feats, kind, seed, variant, subset,
+                                                          train or cfg.train)
     name = variant.name if variant else ("FDT" if kind == "fdt" else "pooled")
     row = {"head": name, "seed": seed, "train_pairs": train_rows, "lr": settings.lr,
            "weight_decay": settings.weight_decay, "best_step": result.best_step,
            "first_eval": min(settings.eval_every, settings.steps), "steps_run": result.steps_run,
            "train_s": round(result.seconds, 1), "best_val_loss": result.best_val_loss,
-           "logit_scale": round(float(head.criterion.scale.detach()), 2)}
+           "logit_scale": round(float(head.criterion.scale.detach()), 2),
+           "data_path": "streamed" if cfg.towers and cfg.train_data == "streamed" else "resident"}
     evaluate = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
     sets = zero_shot_sets(cfg, bench)
     for labelled in sets:
@@ -161,22 +183,34 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         row["active_codes/image"] = float(image_codes.active().float().mean())
         row["active_codes/text"] = float(text_codes.active().float().mean())
         row["codes_ever_active"] = int(((image_codes.weights > 0).any(0) | (text_codes.weights > 0).any(0)).sum())
-    return row, result, head
+    return row, result, head, feats
 
 
 def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int, variant: Variant | None,
               subset: torch.Tensor | None, recipe: TrainSettings):
-    """One head trained with ``recipe`` (shortened for a ``subset``): result, head, the settings, training rows."""
+    """One head trained with ``recipe`` (shortened for a ``subset``): result, head, the settings, training rows and
+    the sequences to read the head with. With ``cfg.towers`` the head sits on open_clip's towers trained from random
+    weights (:class:`lib.methods.fdt_towers.EndToEndFDT`; ``pooled`` is then CLIP, the towers' pooled outputs)."""
+    changes = variant.changes() if variant else {}
     seed_everything(seed)
-    image_dim, text_dim = feats.dims(bench)
-    head = (build_fdt(cfg.fdt, image_dim, text_dim, **(variant.changes() if variant else {})) if kind == "fdt"
-            else build_pooled(cfg.baseline, image_dim, text_dim))
+    if cfg.towers:
+        towers = feats.towers(seed)
+        head = build_fdt(cfg.fdt, towers.image_width, towers.text_width, **changes) if kind == "fdt" else None
+        method = EndToEndFDT(towers, head, init_temperature=cfg.baseline.init_temperature,
+                             log_scale_bounds=cfg.baseline.log_scale_bounds, chunk=cfg.eval_batch_size)
+    else:
+        image_dim, text_dim = feats.dims(bench)
+        method = (build_fdt(cfg.fdt, image_dim, text_dim, **changes) if kind == "fdt"
+                  else build_pooled(cfg.baseline, image_dim, text_dim))
     train = feats.tensors(bench.train)
-    train = train if subset is None else {k: v[subset] for k, v in train.items()}
+    train = train if subset is None else {k: select(v, subset) for k, v in train.items()}
     settings = recipe if subset is None else curves.subset_settings(recipe, len(subset))
-    result = fit(head, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
-    head.eval()
-    return result, head, settings, len(train["image"])
+    result = fit(method, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
+    method.eval()
+    if not cfg.towers:
+        return result, method, settings, len(next(iter(train.values()))), feats
+    seqs = TowerSequences(method, feats, chunk=cfg.eval_batch_size)
+    return result, seqs.head, settings, len(next(iter(train.values()))), seqs
 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
@@ -185,9 +219,9 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tup
     candidate."""
 
     def score(kind: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
-        head = _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, settings)[1]
-        return recipes.retrieval_score(retrieval(head.encode_image, head.encode_text, feats.image(bench.val),
-                                                 feats.captions(bench.val), batch_size=cfg.eval_batch_size,
+        _, head, _, _, seqs = _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, settings)
+        return recipes.retrieval_score(retrieval(head.encode_image, head.encode_text, seqs.image(bench.val),
+                                                 seqs.captions(bench.val), batch_size=cfg.eval_batch_size,
                                                  device=cfg.device))
 
     return recipes.choose_each(cfg.train, cfg.sweep, ("fdt", "pooled"), score,
@@ -198,15 +232,16 @@ def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: boo
             chosen: dict[str, TrainSettings] | None = None) -> tuple[Runs, dict]:
     """Every run of the chapter: FDT and pooled on every seed, then each variant on its first ``seeds``
     seeds (``quick``: the first seed only), each head with its recipe (``chosen``, :func:`choose_recipes`; the
-    variants with FDT's). Returns the runs and ``{head name: (head, TrainResult)}`` of the first seed."""
+    variants with FDT's). Returns the runs and ``{head name: (head, TrainResult, the sequences it reads)}`` of the
+    first seed."""
     runs, trained, chosen = Runs(), {}, chosen or {}
     seeds = cfg.seeds[:1] if quick else cfg.seeds
     jobs = [(kind, seed, None) for seed in seeds for kind in ("fdt", "pooled")]
     jobs += [("fdt", seed, v) for v in cfg.variants for seed in (seeds[:1] if quick else cfg.seeds[: v.seeds])]
     for kind, seed, variant in jobs:
-        row, result, head = train_and_evaluate(cfg, bench, feats, kind, seed, variant, train=chosen.get(kind))
+        row, result, head, seqs = train_and_evaluate(cfg, bench, feats, kind, seed, variant, train=chosen.get(kind))
         if runs.add(row)["seed"] == cfg.seeds[0]:
-            trained[row["head"]] = (head, result)
+            trained[row["head"]] = (head, result, seqs)
     return runs, trained
 
 
@@ -254,12 +289,13 @@ def _held_out_codes(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, cfg
                                         ("text", feats.captions(bench.retrieval))))
 
 
-def usage_rows(trained: dict, feats: ChapterFeatures, bench: Benchmark, cfg: Config) -> tuple[list[dict], list[dict]]:
-    """Codebook usage of the first seed's FDT heads on the held-out pairs: one summary row per head and
-    modality, and one row per item (its number of active codes) for the histogram."""
+def usage_rows(trained: dict, bench: Benchmark, cfg: Config) -> tuple[list[dict], list[dict]]:
+    """Codebook usage of the first seed's FDT heads (:func:`run_all`'s ``trained``) on the held-out pairs, each read
+    from its own sequences: one summary row per head and modality, and one row per item (its number of active
+    codes) for the histogram."""
     summary, per_item = [], []
-    for name, (head, _) in ((n, t) for n, t in trained.items() if isinstance(t[0], FDTHead)):
-        for modality, codes in zip(("image", "text"), _held_out_codes(head, feats, bench, cfg)):
+    for name, (head, _, seqs) in ((n, t) for n, t in trained.items() if isinstance(t[0], FDTHead)):
+        for modality, codes in zip(("image", "text"), _held_out_codes(head, seqs, bench, cfg)):
             active = codes.active()
             summary.append({"head": name, "modality": modality, "weighting": head.weighting,
                             "temperature": head.temperature,
@@ -274,18 +310,18 @@ def usage_rows(trained: dict, feats: ChapterFeatures, bench: Benchmark, cfg: Con
 def grounding_examples(head: FDTHead, feats: ChapterFeatures, bench: Benchmark, cfg: Config, n: int = 4) -> list[dict]:
     """The paper's qualitative figure, as data: ``n`` held-out pairs that the head retrieves correctly
     (image -> caption top-1), each with the code of largest ``w_image * w_caption``, that code's score on
-    every patch (a square grid) and on every word piece (with the word pieces' text)."""
+    every patch (a square grid) and on every word piece (with the word pieces' text). ``feats``: the sequences the
+    head reads (:func:`run_all`'s ``trained[name][2]``)."""
     images, captions = feats.image(bench.retrieval), feats.captions(bench.retrieval)
     image_codes, text_codes = _held_out_codes(head, feats, bench, cfg)
     hits = ((image_codes.embedding @ text_codes.embedding.T).argmax(1) == torch.arange(len(images))).nonzero().flatten()
-    encoder = features.ENCODERS.get(cfg.text, cfg.device)
     out = []
     for i in hits[:: max(1, len(hits) // n)][:n].tolist():
         code = int((image_codes.weights[i] * text_codes.weights[i]).argmax())
         patches = token_code_scores(head, "image", *images.batch([i]), [code])[0, :, 0]
         grid = int(len(patches) ** 0.5)
         patches = patches[len(patches) - grid * grid:]  # tokens "all": drop CLS / registers
-        words = encoder.tokenizer.convert_ids_to_tokens(encoder.tokenize([bench.retrieval.captions[i]])[0])
+        words = feats.word_pieces(bench.retrieval.captions[i])
         word_scores = token_code_scores(head, "text", *captions.batch([i]), [code])[0, :, 0]
         out.append({"item": i, "code": code, "caption": bench.retrieval.captions[i], "words": words,
                     "patch_scores": patches.reshape(grid, grid).cpu().numpy(),  # the head may sit on a GPU
