@@ -820,7 +820,7 @@ def launch_estimates(config_cache: Path) -> dict:
             train = {"runs": runs, "flops": train_flops,
                      "hours": train_flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
                      "gpu_bytes": resident + 6 * batch * batch * 4 + 4 * batch * head.hidden_dim * head.num_layers * 4}
-        if chapter == "three_towers" or getattr(cfg, "towers", False) is True:  # FDT's encoders trained through it
+        if chapter == "three_towers" or trains_encoders:  # Three Towers' towers, FDT's encoders trained through it
             train = _towers_training(cfg, pairs - 10_000)
         out[chapter] = {"feature_flops": flops, "feature_hours": flops / (preflight.ASSUMED_TFLOPS * 1e12) / 3600,
                         "store_bytes": store, "gpu_bytes": gpu, "host_bytes": host, "train": train,

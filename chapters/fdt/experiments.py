@@ -207,10 +207,11 @@ def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, 
     settings = recipe if subset is None else curves.subset_settings(recipe, len(subset))
     result = fit(method, train, feats.tensors(bench.val), settings, seed=seed, device=cfg.device)
     method.eval()
+    rows = len(next(iter(train.values())))
     if not cfg.towers:
-        return result, method, settings, len(next(iter(train.values()))), feats
+        return result, method, settings, rows, feats
     seqs = TowerSequences(method, feats, chunk=cfg.eval_batch_size)
-    return result, seqs.head, settings, len(next(iter(train.values()))), seqs
+    return result, seqs.head, settings, rows, seqs
 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:

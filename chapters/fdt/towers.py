@@ -33,8 +33,8 @@ class Words:
     the end-of-text token, the last one the causal tower reads."""
 
     def __init__(self, name: str, context: int) -> None:
-        self.name, self.context = name, context
-        if name.startswith(OPEN_CLIP):
+        self.name, self.context, self.open_clip = name, context, name.startswith(OPEN_CLIP)
+        if self.open_clip:
             import open_clip
 
             self.tokenizer = open_clip.get_tokenizer(name.removeprefix(OPEN_CLIP), context_length=context)
@@ -44,7 +44,7 @@ class Words:
             self.vocab_size, self.eos_id = len(self.tokenizer), tt.end_of_text_id(self.tokenizer)
 
     def __call__(self, texts) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.name.startswith(OPEN_CLIP):
+        if self.open_clip:
             ids = self.tokenizer(list(texts), context_length=self.context)
         else:
             ids = tt.tokenize(self.tokenizer, texts, self.context)["input_ids"]
@@ -55,7 +55,7 @@ class Words:
         """The word pieces the tower reads for ``text``, start and end tokens included."""
         ids, mask = self([text])
         ids = ids[0, : int(mask.sum())].tolist()
-        if self.name.startswith(OPEN_CLIP):
+        if self.open_clip:
             return [self.tokenizer.decoder[i] for i in ids]
         return self.tokenizer.convert_ids_to_tokens(ids)
 
