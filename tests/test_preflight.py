@@ -147,6 +147,16 @@ def test_the_datasets_and_tokenizers_a_config_names():
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # conftest: no test reaches the hub
 
 
+@pytest.mark.parametrize("chapter", ["sharelock", "viterb", "flame", "three_towers", "fdt"])
+def test_the_offline_configs_name_no_dataset_for_provision_prepare(chapter):
+    """The small and medium sets are installed by the set-up (a medium ShareLock run names ``gcompris-categories``,
+    a set cut from GCompris with no manifest of its own); only ``config: full`` manifests are prepare's to check."""
+    import chapters
+
+    for config in ("small", "medium"):
+        assert preflight._datasets(chapters.get(chapter).load_config(config)) == []
+
+
 def test_resident_training_features_count_every_facet_and_fail_when_they_exceed_the_gpu(tmp_path):
     """FLAME's full config keeps 2.9M captions x 7 facets x 5,120 floats resident while training: the pre-flight says so
     before any feature is computed, with the data.limit that fits."""
