@@ -60,14 +60,13 @@
 # trained on the same few pairs; what more facets, the paper's one-prompt rule for short texts, the two
 # losses and labels in other languages change.
 #
-# This chapter runs in three configs: **small** (the default and CI's: SmolLM2-135M on 400 emoji captions, CPU,
+# This chapter runs in three configs: **small** (the default and CI's: SmolLM2-135M on 200 emoji captions, CPU,
 # minutes), **medium** (SmolLM2-135M on the medium corpus's long Openclipart and emoji
 # captions, 1,540 unseen concepts, Tux Paint photos and Tux Paint's sentences in five languages, a data-size curve;
 # CPU, `papermill notebooks/flame.ipynb out.ipynb -p config medium` after `make setup-medium`) and **full**
 # (`-p config full`: Mistral-Nemo-Instruct on the paper's re-captioned CC3M, ImageNet; a GPU). This page's run
-# took {glue:md}`runtime`, and the opening line of the findings names its config. The sections below describe the
-# small run; the section "The medium config" says what a medium run adds (it shows output only when this page is a
-# medium run).
+# took {glue:md}`runtime`, and the opening line of the findings names its config: {glue:md}`run_scope`. The
+# section "The medium config" says what a medium run adds (it shows output only when this page is a medium run).
 
 # %% tags=["remove-cell"]
 # In Colab, or in any Python without the book's library: clone the book and run its set-up in this
@@ -154,13 +153,14 @@ pd.DataFrame({"facet": cfg.text.facets,
 # captions, plus the raw ones), and the full config trains on those long re-captions
 # (`data_manifests/flame-recap-cc3m.yaml`, one long caption per image; the official code also embeds the
 # raw and the short caption of every image). The small config composes one long caption for each emoji
-# from its CLDR text: label, keywords, group and subgroup (`corpora.emoji.caption(..., "long")`).
+# from its CLDR text: label, keywords, group and subgroup (`corpora.emoji.caption(..., "long")`); the medium
+# config adds Openclipart drawings, whose long caption is the title, the keywords and the uploader's description.
 # Concepts are split into train / validation / unseen by *families* (the ShareLock chapter explains why),
-# and every score below is on **unseen** concepts: zero-shot classification among all 381 unseen
-# concepts (the prompt is the class name, a short text) and image↔caption retrieval among the same 381
-# (long texts). The LLM pass is the small config's whole cost, so it trains on the first `data.limit`
-# training concepts; the image features are the ShareLock chapter's store entries for the whole splits,
-# cut to the rows used.
+# and every score below is on **unseen** concepts: zero-shot classification among all {glue:md}`n_unseen` unseen
+# concepts (the prompt is the class name, a short text) and image↔caption retrieval among {glue:md}`n_retrieval`
+# unseen pairs (long texts). The LLM pass is the whole cost of the offline configs, so they train on part of the
+# training split (small: its first `data.limit` concepts; medium: a seeded subset); the image features are the
+# ShareLock chapter's store entries for the whole splits, cut to the rows used. This run: {glue:md}`run_rows`.
 
 # %%
 bench = flame.benchmark(cfg)
@@ -275,7 +275,7 @@ print(found.summary())
 # ViT-B/16 is trained from scratch and a 2-layer MLP maps it to the LLM's width; here the image tower
 # is the frozen, cached EfficientNet feature and only the MLP trains (`lib.methods.flame.FlameProjector`:
 # `Linear → GELU → Linear → LayerNorm`, L2-normalised; hidden width 1,024 instead of the official max(LLM width, 4,096) (5,120 for Mistral-Nemo)
-# in the small config).
+# in the small and medium configs).
 #
 # **Paper, Eq. 1**: one CLIP InfoNCE per facet, summed, a learnable temperature starting at 0.07
 # (`lib.nn.losses.facet_clip_loss`): the image must pick out its own caption's facet-k embedding among the
@@ -356,7 +356,7 @@ plt.tight_layout()
 #
 # Mean ± standard deviation over seeds, in percent. "text→image R@1" finds an unseen drawing from its
 # long caption; "image→text R@1" the other way round; chance is one over the number of candidates
-# (0.26 % among the small config's 381).
+# ({glue:md}`chance_text`).
 
 # %%
 chance = {"zero-shot": 1 / len(zero_shot_set.classnames), "retrieval": 1 / rows["retrieval"]}
@@ -451,26 +451,27 @@ runs.where(method="flame", facets=K).table(list(hub), by=["loss"], labels=hub).s
 
 # %% [markdown]
 # The last row measures *hubness*: the share of the unseen captions whose nearest image is the one image
-# retrieved most often (one caption in 381 would be 0.3 %). A loss that lets one image sit close to every
+# retrieved most often (one caption of the {glue:md}`n_retrieval` would be {glue:md}`one_caption`). A loss that lets one image sit close to every
 # caption makes text→image retrieval return that image for most captions, whatever they say; then R@1 can
 # take the same value on every seed (the hub's own caption, plus a few), as the table of degenerate results
 # below lists when it happens. InfoNCE's text-to-image term (a softmax over the images of the batch for each
 # caption) penalises such an image; the sigmoid loss scores every pair on its own, and with its bias of −10
-# and scale of 10 a negative pair costs little even at a high cosine (0.9 is still a logit of −1), so 90
-# steps push a hub away only slowly. This run: {glue:md}`hubs`.
+# and scale of 10 a negative pair costs little even at a high cosine (0.9 is still a logit of −1), so a short
+# budget pushes a hub away only slowly. This run: {glue:md}`hubs`.
 
 # %% [markdown]
 # ## Multilingual zero-shot
 #
 # The paper's multilingual claim (Table 4): trained on English captions only, FLAME classifies ImageNet
 # with class names in other languages, because the frozen LLM already maps languages close together; CLIP,
-# trained on English, falls to near chance outside Latin scripts. The emoji corpus carries every CLDR
-# label in 12 locales (emojibase-data; `corpora.emoji.locale_labels`). Here every trained model,
-# unchanged, classifies the 381 unseen drawings by their labels in English and in other languages (one
-# prompt, the bare label). all-MiniLM-L6-v2 was trained on English only. SmolLM2-135M is mostly English too,
+# trained on English, falls to near chance outside Latin scripts. In the small config, the emoji corpus carries
+# every CLDR label in 12 locales (emojibase-data; `corpora.emoji.locale_labels`), and every trained model,
+# unchanged, classifies the unseen drawings by their labels in English and in other languages (one
+# prompt, the bare label; the figure below). The medium config has no CLDR labels for its Openclipart concepts:
+# its multilingual test uses Tux Paint's translated sentences, in the section "The medium config" below.
+# all-MiniLM-L6-v2 was trained on English only. SmolLM2-135M is mostly English too,
 # so this is a weak test of the claim; Gemma 3 (140 languages) or the full config's Mistral-Nemo are the fair
-# candidates. (The medium config has no CLDR labels in other languages: its multilingual test uses Tux Paint's
-# translated sentences, in the section "The medium config" below.)
+# candidates.
 
 # %%
 locales = list(flame.label_sets(cfg, bench))
@@ -529,8 +530,9 @@ if class_texts:
 
 # %%
 if medium:
-    per_run = runs.frame().assign(facets=lambda f: f["facets"].map(lambda k: "–" if pd.isna(k) else f"{int(k)}"))
-    display(per_run.groupby(["method", "facets"])[["best_step", "train_s"]].agg(["min", "mean", "max"])
+    per_run = runs.frame().assign(facets=lambda f: f["facets"].map(lambda k: "–" if pd.isna(k) else f"{int(k)}"),
+                                  loss=lambda f: f["loss"].fillna("–"))
+    display(per_run.groupby(["method", "facets", "loss"])[["best_step", "train_s"]].agg(["min", "mean", "max"])
             .round(1).rename(columns={"best_step": "best step", "train_s": "training seconds"}))
     extra = {"tux-photo/acc1": f"Tux Paint photo-like, {len(bench.zero_shot[1].classnames)} unseen classes",
              "retrieval-openclipart/image_retrieval_recall@1": "text→image R@1, Openclipart rows",
@@ -550,8 +552,8 @@ if medium:
 
 
 # %% [markdown]
-# **Facets on longer descriptions.** The small config found the three facets of an emoji caption nearly
-# identical. Openclipart's captions are the longest of the corpus (some carry a description of several
+# **Facets on longer descriptions.** The three facets of an emoji caption are near-copies of each other (the
+# heatmap of the prompt ablation). Openclipart's captions are the longest of the corpus (some carry a description of several
 # sentences); if the facets pull different things out of a caption anywhere, it is there. The mean cosine
 # between two facets of one caption (each facet's mean removed), per source of the training subset, and the
 # 1-facet vs 3-facet retrieval on the Openclipart rows of the unseen subset:
@@ -625,9 +627,8 @@ if len(coincidences):
 # The table above (`chapters.flame.coincidences`), when it is not empty, lists the results that look
 # degenerate, with the values of every seed: two settings whose means agree to the shown digit, and a
 # metric with one value on every seed. Where the seeds differ, a tie is a coincidence of a coarse metric (a
-# seed's R@1 among 381 moves in steps of 0.26 points, a mean over three seeds in steps of 0.09). A value
-# repeated on every seed is either a small count near chance (1.0 % is 4 correct answers of 381, 0.3 % is
-# one, and chance is 0.26 %) or a sign that the seed did not change what the metric sees (the hub images of
+# seed's R@1 among N candidates moves in steps of 100/N points: {glue:md}`step_text`). A value
+# repeated on every seed is either a small count near chance (a few correct answers) or a sign that the seed did not change what the metric sees (the hub images of
 # the sigmoid loss, above: the same hub on every seed, its own caption and one more retrieved).
 #
 # How to read the comparisons:
@@ -643,16 +644,16 @@ if len(coincidences):
 #   135M parameters the LLM's space is far less organised than Mistral-Nemo's, and the paper's
 #   decoder advantage is a scale effect (see the ViTeRB chapter).
 # * **Against the text tower trained from scratch**: the paper's data-efficiency claim (ImageNet 36.0 vs
-#   CLIP's 16.0 on CC3M) is about what a frozen language model brings when pairs are few; 400 pairs is
-#   very few, and the scratch tower only learns the pieces it saw.
+#   CLIP's 16.0 on CC3M) is about what a frozen language model brings when pairs are few; this run's
+#   {glue:md}`n_train` training pairs are very few, and the scratch tower only learns the pieces it saw.
 # * **1 → K facets**: more prompts of one caption help only if the facets say different things (the
 #   heatmap above). The first three official facets ("this image description", "the category of the main
 #   object", "its prominent characteristic") are near-paraphrases on a one-object emoji caption; the
 #   paper's seven on long photo descriptions (minor objects, actions, atmosphere) are not.
 # * **The two losses**: the sigmoid loss starts with a bias of −10, i.e. every pair predicted
-#   negative, and spends its first steps undoing it; with 90 steps on 400 pairs it is far from
-#   converged (and lets hub images form, above), so this compares the losses at this budget, not at the
-#   official one.
+#   negative, and spends its first steps undoing it; at this run's budget ({glue:md}`budget_text`) it may be
+#   far from converged (and lets hub images form, above), so this compares the losses at this budget, not at
+#   the official one.
 # * **Multilingual**: an English-trained projector classifying with German or Japanese labels works only
 #   as far as the frozen text model places translations near each other. Read each language against the
 #   same model's English column.
@@ -670,7 +671,7 @@ if len(coincidences):
 # | image tower | ViT-B/16 trained from scratch + 2-layer MLP | same; MLP on every token, then averaged | small and medium: frozen, cached image feature; only the MLP trains (hidden 1,024, on one pooled vector); full: open_clip's ViT-B-16 trained from scratch at 224 px (`lib.methods.image_tower.WithImageTower`), its 2.9M training images decoded per batch from the prepared tar shards, + the MLP on its pooled output (`image_tower: null`: frozen DINOv2-B features) |
 # | loss | Eq. 1: Σ over facets of CLIP InfoNCE (summed over images as printed), τ₀ = 0.07 | multi-positive sigmoid (6 of 11 positives, τ = 0.1, bias −10) | Eq. 1 averaged over the batch (a constant factor); the sigmoid loss compared (all K positives) |
 # | optimiser (CC3M) | Table A1: AdamW, batch 4,096, lr 5e-4, wd 0.5, β (0.9, 0.98), ε 1e-8, 2,000 warm-up iterations, 32 epochs, cosine | `Training.md`: batch 384 × 8 = **3,072** (512 × 8 in its first release), **β₂ 0.95**, otherwise the same | full: Table A1 (22,703 steps = 32 epochs of 2,905,954 pairs); small: AdamW, β (0.9, 0.98), 90 steps of 128; medium: the same AdamW, batch 256, at most 600 steps, early stopping on validation loss (every 5 steps, patience 30) |
-# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 400 emoji with long CLDR captions; medium: a seeded 3,000 of the medium corpus's 11,416 training drawings with long captions |
+# | data | CC3M re-captioned by MiniCPM-Llama3-V 2.5: long + short + raw captions | same (its ReCap-CC3M release, hub id below) | full: its long captions only (manifest below); small: 200 emoji with long CLDR captions; medium: a seeded 3,000 of the medium corpus's 11,416 training drawings with long captions |
 # | zero-shot evaluation | one prompt (§4.1) | one prompt, CLIP's ImageNet templates averaged | one prompt; the K-facet average measured as a variant; medium adds Tux Paint photos and Tux Paint's sentences in four more languages |
 # | headline | ImageNet 36.0 (CLIP 16.0, Table 3); Urban-1k T2I R@1 41.3 → 66.6 with 1 → 7 prompts (Table 6); multilingual ImageNet 40.6 vs CLIP 19.2 (Table 4) | — | this run, below |
 #
@@ -722,8 +723,23 @@ findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_separate": r["spee
 findings.update({f"bench/{flame.short(r['model'])}/speedup_vs_stacked": r["speedup_vs_stacked"] for r in speed["results"]})
 hub_text = "; ".join(f"{name}: {runs.summary('retrieval/hub_share', method='flame', facets=K, loss=name).text()} %"
                      for name in LOSSES if runs.where(method="flame", facets=K, loss=name))
-notebook.glue("hubs", hub_text, markdown=True)
+notebook.glue("hubs", hub_text or "(the loss comparison did not run)", markdown=True)
 notebook.glue("runtime", notebook.runtime(started), markdown=True)
+notebook.glue("run_scope", f"this page shows the **{config}** config's run, and every number in its prose comes from "
+              "that run", markdown=True)
+notebook.glue("n_unseen", f"{len(zero_shot_set.classnames):,}", markdown=True)
+notebook.glue("n_retrieval", f"{rows['retrieval']:,}", markdown=True)
+notebook.glue("n_train", f"{rows['train']:,}", markdown=True)
+notebook.glue("run_rows", f"{rows['train']:,} training, {rows['val']:,} validation and {rows['retrieval']:,} "
+              f"retrieval pairs; {len(zero_shot_set.classnames):,} unseen classes", markdown=True)
+notebook.glue("chance_text", f"{100 * chance['zero-shot']:.3f} % for zero-shot among {len(zero_shot_set.classnames):,} "
+              f"classes, {100 * chance['retrieval']:.2f} % for retrieval among {rows['retrieval']:,} captions",
+              markdown=True)
+notebook.glue("one_caption", f"{100 * chance['retrieval']:.2f} %", markdown=True)
+notebook.glue("step_text", f"{100 * chance['retrieval']:.2f} points for this run's retrieval, a mean over "
+              f"{len(cfg.seeds)} seeds in steps of {100 * chance['retrieval'] / len(cfg.seeds):.3f}", markdown=True)
+notebook.glue("budget_text", f"at most {cfg.train.steps} steps of {cfg.train.batch_size} on {rows['train']:,} pairs",
+              markdown=True)
 if medium:
     stuck_text = f"{len(stuck)} of the {len(every)} training runs stuck"
     notebook.glue("medium_sizes", f"{rows['train']:,} of the {len(bench.train):,} training pairs, {rows['val']:,} of "
@@ -744,8 +760,9 @@ if medium:
     def mean_sd(metric: str, **where) -> str:
         return runs.summary(metric, **where).text() + " %"
 
-    def each(metric: str) -> str:
-        return "; ".join(f"{r} {mean_sd(metric, method=m)}" for r, m in (
+    def each(metric: str) -> str:  # FLAME's main setting only: not the facet or loss ablations' runs
+        return "; ".join(f"{r} {mean_sd(metric, **(flame.main_setting(cfg) if m == 'flame' else {'method': m}))}"
+                         for r, m in (
             ("FLAME", "flame"), *[(f"ShareLock head on {flame.short(b.name)}", f"sharelock/{flame.short(b.name)}")
                                   for b in cfg.baselines], ("text tower from scratch", "scratch")))
 

@@ -148,6 +148,10 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     other.mkdir()
     (other / "a.json").write_text(json.dumps({**json.loads((before / "a.json").read_text()), "config": "medium"}))
     assert results_page.stability_rows(papers, ["a"], now, other) == []  # another config: nothing to compare
+    fp32 = json.loads((now / "a.json").read_text())
+    fp32["arithmetic"] = {"cpu_bf16_units": [], "auto_dtype": "float32", "auto_precision": "fp32"}
+    (now / "a.json").write_text(json.dumps(fp32))
+    assert results_page.stability_rows(papers, ["a"], now, before) == []  # float32 beside float32: no arithmetic change
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -152,7 +152,8 @@ OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
     """One row per claim tested in both runs: chapter, claim, the float32 run's verdict, this run's, and whether
     they agree. A claim that one run has and the other lacks is left out (the rows say what both tested), and so
-    is a chapter whose run is of another config than the float32 run's."""
+    is a chapter whose run is of another config than the float32 run's, or whose run resolved ``auto`` to float32
+    too (a CPU without bfloat16 units): the two would differ in code and rule, not in arithmetic."""
     rows = []
     for chapter in chapters:
         if not (reference_dir / f"{chapter}.json").is_file():
@@ -160,6 +161,8 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
         reference, current = load_metrics(chapter, reference_dir), load_metrics(chapter, metrics_dir)
         if reference.get("config") != current.get("config"):
             continue  # a run of another config tests the claims on other data: no verdict to set beside it
+        if (current.get("arithmetic") or {}).get("auto_dtype") == "float32":
+            continue  # float32 beside float32: nothing about arithmetic to show
         before = {c["id"]: c for c in reference.get("claims", [])}
         for claim in current.get("claims", []):
             if claim["id"] in before:
