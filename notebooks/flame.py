@@ -568,8 +568,8 @@ if medium:
 
 # %% [markdown]
 # **More data.** The headline comparison, FLAME against the text tower trained from scratch, at
-# {glue:md}`medium_curve_sizes` training pairs: nested prefixes of the training subset, three seeds each, the same
-# budget rule. The paper's claim is about *data efficiency*: a frozen LLM should matter most when pairs are few,
+# {glue:md}`medium_curve_sizes` training pairs: nested prefixes of the training subset, {glue:md}`medium_curve_seeds`
+# each, the same budget rule. The paper's claim is about *data efficiency*: a frozen LLM should matter most when pairs are few,
 # and a text tower that learns its words from the pairs should close part of the gap as they grow.
 
 # %%
@@ -752,6 +752,9 @@ if medium:
     notebook.glue("medium_locales", f"all of {', '.join(cfg.tux_locales)} ({len(feats.tux_images):,} stamps, "
                   f"{len(feats.tux_images.classnames)} classes, chance {100 * findings['chance_tux']:.2f} %)", markdown=True)
     notebook.glue("medium_curve_sizes", ", ".join(f"{n:,}" for n in cfg.curve_sizes), markdown=True)
+    curve_seeds = cfg.seeds[:cfg.curve_seeds]
+    notebook.glue("medium_curve_seeds", f"{len(curve_seeds)} seeds ({', '.join(map(str, curve_seeds))})",
+                  markdown=True)
     for (method, size), group in curve.frame().groupby(["method", "train_pairs"]):
         findings[f"curve/{method}/{int(size)}/zero_shot_acc1"] = float(group["zero-shot/acc1"].mean())
     findings.update({f"facet_cosine/{k}": v for k, v in by_source.items()})
@@ -790,7 +793,7 @@ if medium:
     ]), markdown=True)
 else:
     for name in ("medium_sizes", "medium_stuck", "medium_classes", "medium_chance", "medium_locales",
-                 "medium_curve_sizes", "medium_story"):
+                 "medium_curve_sizes", "medium_curve_seeds", "medium_story"):
         notebook.glue(name, "(medium config only)", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [findings_table(claims), ""]
@@ -802,7 +805,7 @@ if medium:
     above = versus(runs.values("tux:other/acc1", **flame.main_setting(cfg)), findings["chance_tux"])
     box += [f"- FLAME with Tux Paint's {', '.join(cfg.tux_locales[1:])} sentences against chance: "
             f"{above.says('FLAME', 'chance')}",
-            f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.seeds)} seeds): "
+            f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.seeds[:cfg.curve_seeds])} seeds): "
             f"{flame.curve_trend(curve, 'zero-shot/acc1')}", f"- {stuck_text} (best step = first evaluation)"]
 box += [f"- zero-shot with the paper's one short-text prompt vs the average of all facets: {rule_sentence}",
         f"- facet-decoupled attention equals {K} separate passes (max difference {equivalence_gap:.0e} in float32); "

@@ -101,12 +101,15 @@ SUBSET_SEED = curves.SUBSET_SEED  # the permutation of every split's rows (the d
 class MediumConfig(Config):
     """``medium:`` of ``notebooks/configs/flame.yaml``: :class:`Config` plus the seeded subset
     sizes (``train_pairs`` / ``val_pairs`` / ``retrieval_pairs``), the data-size curve's training sizes (prefixes of
-    the training subset, so nested) and the Tux Paint locales of the multilingual test."""
+    the training subset, so nested) and how many of the seeds it runs (``curve_seeds``; None: all: the main
+    comparisons may need more seeds for their intervals than the curve's trend does), and the Tux Paint locales of
+    the multilingual test."""
 
     train_pairs: int = 3000
     val_pairs: int = 500
     retrieval_pairs: int = 1000
     curve_sizes: tuple[int, ...] = ()
+    curve_seeds: int | None = None
     tux_locales: tuple[str, ...] = ("en",)
 
     def __post_init__(self) -> None:
@@ -115,5 +118,8 @@ class MediumConfig(Config):
             raise ValueError("the medium FLAME config reads the medium corpus (data.corpus: medium)")
         if any(not 2 <= n <= self.train_pairs for n in self.curve_sizes):
             raise ValueError(f"curve_sizes {list(self.curve_sizes)} must lie in 2..train_pairs ({self.train_pairs})")
+        if self.curve_seeds is not None and not 2 <= self.curve_seeds <= len(self.seeds):
+            raise ValueError(f"curve_seeds {self.curve_seeds} must lie in 2..{len(self.seeds)} (the seeds; two at "
+                             "least for the curve's intervals)")
         if "en" not in self.tux_locales:  # the reference language (the locales are checked against the data on use)
             raise ValueError(f"tux_locales {list(self.tux_locales)} must include en")

@@ -17,13 +17,13 @@ def stuck_runs(runs: Runs, cfg: MediumConfig) -> list[dict]:
 
 def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, runs: Runs,
                     configs: dict | None = None) -> Runs:
-    """FLAME (all K facets) and the text tower from scratch at each of ``curve_sizes`` nested training sizes, every
-    seed, each with its recipe (``configs``, :func:`chapters.flame.choose_recipes`); rows of ``runs`` at the same
-    size are reused, not retrained."""
+    """FLAME (all K facets) and the text tower from scratch at each of ``curve_sizes`` nested training sizes, the
+    first ``curve_seeds`` seeds (all when None), each with its recipe (``configs``,
+    :func:`chapters.flame.choose_recipes`); rows of ``runs`` at the same size are reused, not retrained."""
     curve, configs = Runs(), configs or {}
     for size in cfg.curve_sizes:
         for kind, label in (("flame", "flame"), ("scratch", "scratch")):
-            for seed in cfg.seeds:
+            for seed in cfg.seeds[:cfg.curve_seeds]:
                 done = [r for r in runs
                         if run_key(r, cfg) == label and r["seed"] == seed and r["train_pairs"] == size]
                 curve.add(done[0] if done else run(configs.get(kind, cfg), bench, feats, kind, seed,
