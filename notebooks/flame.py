@@ -752,8 +752,7 @@ if medium:
     notebook.glue("medium_locales", f"all of {', '.join(cfg.tux_locales)} ({len(feats.tux_images):,} stamps, "
                   f"{len(feats.tux_images.classnames)} classes, chance {100 * findings['chance_tux']:.2f} %)", markdown=True)
     notebook.glue("medium_curve_sizes", ", ".join(f"{n:,}" for n in cfg.curve_sizes), markdown=True)
-    curve_seeds = cfg.seeds[:cfg.curve_seeds]
-    notebook.glue("medium_curve_seeds", f"{len(curve_seeds)} seeds ({', '.join(map(str, curve_seeds))})",
+    notebook.glue("medium_curve_seeds", f"{len(cfg.curve_run_seeds)} seeds ({', '.join(map(str, cfg.curve_run_seeds))})",
                   markdown=True)
     for (method, size), group in curve.frame().groupby(["method", "train_pairs"]):
         findings[f"curve/{method}/{int(size)}/zero_shot_acc1"] = float(group["zero-shot/acc1"].mean())
@@ -805,7 +804,7 @@ if medium:
     above = versus(runs.values("tux:other/acc1", **flame.main_setting(cfg)), findings["chance_tux"])
     box += [f"- FLAME with Tux Paint's {', '.join(cfg.tux_locales[1:])} sentences against chance: "
             f"{above.says('FLAME', 'chance')}",
-            f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.seeds[:cfg.curve_seeds])} seeds): "
+            f"- data-size curve (zero-shot top-1 on unseen concepts, {len(cfg.curve_run_seeds)} seeds): "
             f"{flame.curve_trend(curve, 'zero-shot/acc1')}", f"- {stuck_text} (best step = first evaluation)"]
 box += [f"- zero-shot with the paper's one short-text prompt vs the average of all facets: {rule_sentence}",
         f"- facet-decoupled attention equals {K} separate passes (max difference {equivalence_gap:.0e} in float32); "

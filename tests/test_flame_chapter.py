@@ -77,7 +77,7 @@ def test_flame_configs_load_and_refuse_bad_values():
         flame.load_config("small", {"locales": ["xx"]})
     # medium: the claims' seeds and the data-size curve's (the first curve_seeds of them, two at least)
     medium = flame.load_config("medium")
-    assert medium.seeds[:medium.curve_seeds] == medium.seeds[:5] and len(medium.seeds) > medium.curve_seeds
+    assert medium.curve_run_seeds == tuple(medium.seeds[:5]) and len(medium.seeds) > medium.curve_seeds
     for bad in (1, len(medium.seeds) + 1):
         with pytest.raises(ConfigError, match="curve_seeds"):
             flame.load_config("medium", {"curve_seeds": bad})

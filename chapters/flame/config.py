@@ -123,3 +123,8 @@ class MediumConfig(Config):
                              "least for the curve's intervals)")
         if "en" not in self.tux_locales:  # the reference language (the locales are checked against the data on use)
             raise ValueError(f"tux_locales {list(self.tux_locales)} must include en")
+
+    @property
+    def curve_run_seeds(self) -> tuple[int, ...]:
+        """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
+        return tuple(self.seeds[:self.curve_seeds])

@@ -23,7 +23,7 @@ def data_size_curve(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, 
     curve, configs = Runs(), configs or {}
     for size in cfg.curve_sizes:
         for kind, label in (("flame", "flame"), ("scratch", "scratch")):
-            for seed in cfg.seeds[:cfg.curve_seeds]:
+            for seed in cfg.curve_run_seeds:
                 done = [r for r in runs
                         if run_key(r, cfg) == label and r["seed"] == seed and r["train_pairs"] == size]
                 curve.add(done[0] if done else run(configs.get(kind, cfg), bench, feats, kind, seed,
