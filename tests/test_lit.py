@@ -84,3 +84,25 @@ def test_trains_with_fit_on_token_ids(tokenizer):
                  progress=False)
     losses = [h["train_loss"] for h in result.history]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # it learns on its own training pairs
+
+
+@pytest.mark.parametrize("bucket", [1, 3, 64])
+def test_length_buckets_give_the_one_call_embedding_and_gradient(tokenizer, bucket):
+    # Grouping rows by length must change nothing but the padding the encoder sees: the same embeddings, in the
+    # rows' own order, and the same gradient.
+    ids = token_ids(tokenizer, TEXTS)
+    reference, bucketed = _lit().train(), _lit().train()
+    bucketed.bucket = bucket
+    image = torch.randn(len(TEXTS), 6, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        mask = ids != 0
+        hidden = reference.text_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        one_call = F.normalize(reference.projection(pool(hidden, mask, "mean")), dim=-1)
+    torch.testing.assert_close(bucketed.embed_text(ids), one_call, atol=1e-5, rtol=0)
+    states = reference.text_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+    text = F.normalize(reference.projection(pool(states, mask, "mean")), dim=-1)
+    reference.criterion(F.normalize(image, dim=-1), text).backward()
+    bucketed.loss({"image": image, "text": ids}).backward()
+    for (name, a), (_, b) in zip(reference.named_parameters(), bucketed.named_parameters()):
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -126,7 +126,24 @@ def test_grid_is_the_text_ladder_on_the_main_image_model_plus_the_vision_compari
     assert settings[0] == (cfg.text[0], cfg.vision[0], "mlp"), "the main pair comes first"
     pairs = {(t.name, v.name) for t, v, _ in settings}
     assert pairs == {(t.name, cfg.vision[0].name) for t in cfg.text} | {(cfg.text[0].name, v.name) for v in cfg.vision}
-    assert all(sum(1 for s in settings if (s[0].name, s[1].name) == p) == 2 for p in pairs), "both heads per pair"
+    assert {(t.name, v.name) for t, v, kind in settings if kind == "mlp"} == pairs, "the MLP head on every pair"
+    # the linear head (the book's ablation) on the main image model, for the main decoder and the first encoder
+    linear = [(t, v) for t, v, kind in settings if kind == "linear"]
+    assert [t.name for t, _ in linear] == [t.name for t in chapter.curve_texts(cfg)] == [cfg.text[0].name,
+                                                                                         "offline/all-MiniLM-L6-v2"]
+    assert all(v == cfg.vision[0] for _, v in linear) and len(settings) == len(pairs) + 2
+
+
+def test_curve_seeds_are_the_first_seeds_and_validated():
+    from chapters import sharelock as chapter
+    from lib.core.config import ConfigError
+
+    medium = chapter.load_config("medium")
+    assert medium.curve_run_seeds == tuple(medium.seeds[:medium.curve_seeds]) and len(medium.seeds) >= 5
+    assert chapter.load_config("small").curve_run_seeds == chapter.load_config("small").seeds  # None: every seed
+    for bad in (1, len(medium.seeds) + 1):
+        with pytest.raises(ConfigError, match="curve_seeds"):
+            chapter.load_config("medium", {"curve_seeds": bad})
 
 
 def test_curve_fractions_outside_zero_one_are_refused():
@@ -168,3 +185,36 @@ def test_curve_table_and_trend_follow_the_rule_at_every_size():
     assert table.columns[0] == "text model" and set(table["text model"]) == {"t"}
     trend = curves.trend(curve.where(text="t"), "u/acc1", *HEADS, context="t")
     assert trend == "MLP − linear in points, t, by training pairs: 100: -10.0 (linear ahead); 400: +10.0 (MLP ahead)"
+
+
+def _labelled(names, labels):
+    from corpora.datasets import Labelled
+
+    return Labelled(name="set", ids=tuple(str(i) for i in range(len(labels))), labels=tuple(labels),
+                    classnames=tuple(names), templates=("{c}",), load_image=lambda i: None, source={})
+
+
+def test_matched_rows_pair_one_image_per_shared_concept():
+    from chapters.sharelock import matched_rows
+
+    drawings = _labelled(["ant", "cow", "owl"], [0, 1, 1, 2])      # two drawings of "cow": the first is used
+    stamps = _labelled(["owl", "cow", "tank"], [0, 1, 1, 2])        # "tank" has no drawing; "cow" twice
+    assert matched_rows(drawings, stamps) == ([3, 1], [0, 1])
+    with pytest.raises(ValueError, match="share no class name"):
+        matched_rows(drawings, _labelled(["tank"], [0]))
+
+
+def test_style_diagnostics_on_known_features():
+    from chapters.sharelock import style_diagnostics
+
+    a = torch.eye(3)
+    assert style_diagnostics(a, a * 2) == {"cross_style_nearest_same": 1.0, "mean_cosine": pytest.approx(1 / 3)}
+    assert style_diagnostics(a, a[[1, 2, 0]])["cross_style_nearest_same"] == 0.0
+
+
+def test_share_words_describe_the_curve_fractions():
+    from chapters.sharelock import share_words
+
+    assert share_words([0.125, 0.25, 0.5, 1.0]) == "an eighth, a quarter, half and all of the training pairs"
+    assert share_words([0.25, 1.0]) == "a quarter and all of the training pairs"
+    assert share_words([0.3]) == "30 % of the training pairs"

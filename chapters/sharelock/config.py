@@ -45,6 +45,7 @@ class Config:
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares of the training pairs
+    curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
     lit: LiTConfig = field(default_factory=LiTConfig)  # the LiT baseline (trained when ``lit.enabled``)
     sweep: SweepConfig = field(default_factory=SweepConfig)  # each head kind's lr x weight decay (lib.core.recipes)
 
@@ -52,6 +53,14 @@ class Config:
         if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):
             raise ValueError(f"curve_fractions must be shares of the training pairs in (0, 1], e.g. [0.25, 1.0]; "
                              f"got {list(self.curve_fractions)}")
+        if self.curve_seeds is not None and not 2 <= self.curve_seeds <= len(self.seeds):
+            raise ValueError(f"curve_seeds {self.curve_seeds} must lie in 2..{len(self.seeds)} (the seeds; two at "
+                             f"least, so each size has a spread), or be left out to run every seed")
+
+    @property
+    def curve_run_seeds(self) -> tuple[int, ...]:
+        """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
+        return tuple(self.seeds[:self.curve_seeds])
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from chapters.sharelock.config import Config
 from corpora import benchmarks, datasets
-from corpora.datasets import Benchmark
+from corpora.datasets import Benchmark, Labelled
 from lib.core import curves, features, recipes
 from lib.core.config import TextModelConfig, TrainSettings, VisionModelConfig
 from lib.core.evaluate import prompt_texts, retrieval, zero_shot
@@ -115,15 +115,24 @@ class ChapterFeatures:
         return self._tensor(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}")
 
 
+def curve_texts(cfg: Config) -> list[TextModelConfig]:
+    """The text models the head ablation (MLP vs linear) and its data-size curve run on: the main decoder and the
+    first encoder (mean pooling), so the ablation is seen on both kinds of language model."""
+    return [cfg.text[0]] + [t for t in cfg.text[1:] if t.pooling != "last_token"][:1]
+
+
 def grid(cfg: Config) -> list[tuple[TextModelConfig, VisionModelConfig, str]]:
     """The (text, vision, head) settings the chapter trains, main pair first: every text model with the main
-    vision model and every other vision model with the main text model, each with the MLP and the linear head.
+    vision model and every other vision model with the main text model, each with the MLP head, plus the linear
+    head (the book's ablation) for :func:`curve_texts` on the main vision model.
 
-    Not the full product: the text ladder is the chapter's question, the vision models a side comparison, and
-    each extra pair costs a feature pass and three seeds of training (notebooks/sharelock.py, "Zero-shot
-    evaluation")."""
+    Not the full product: the text ladder is the chapter's question, the vision models and the linear head side
+    comparisons, and each extra setting costs a learning-rate sweep and a run per seed (about 40 s a run in the
+    medium config on this CPU; notebooks/sharelock.py, "Zero-shot evaluation")."""
     pairs = [(t, cfg.vision[0]) for t in cfg.text] + [(cfg.text[0], v) for v in cfg.vision[1:]]
-    return [(t, v, kind) for t, v in pairs for kind in ("mlp", "linear")]
+    ablation = {t.name for t in curve_texts(cfg)}
+    return [(t, v, kind) for t, v in pairs for kind in ("mlp", "linear")
+            if kind == "mlp" or (v == cfg.vision[0] and t.name in ablation)]
 
 
 def build(cfg: Config, feats: ChapterFeatures, bench: Benchmark, text: TextModelConfig, vision: VisionModelConfig,
@@ -302,10 +311,10 @@ def stuck_runs(runs: Runs) -> list[dict]:
 
 def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
                     texts: list[TextModelConfig], chosen: dict[str, TrainSettings] | None = None) -> Runs:
-    """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, every
-    seed, each head with its recipe (``chosen``, from :func:`choose_recipes`): does the gap open, close or flip
-    as data grows? Rows already in ``runs`` at the whole set are reused, not retrained. See notebooks/sharelock.py,
-    "More data"."""
+    """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, on the
+    config's ``curve_run_seeds``, each head with its recipe (``chosen``, from :func:`choose_recipes`): does the gap
+    open, close or flip as data grows? Rows already in ``runs`` at the whole set are reused, not retrained. See
+    notebooks/sharelock.py, "More data"."""
     chosen = chosen or {}
     total, vision = len(bench.train), cfg.vision[0]
     curve = Runs()
@@ -313,7 +322,7 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
         for fraction in cfg.curve_fractions:
             size = max(2, round(fraction * total))
             for kind in ("mlp", "linear"):
-                for seed in cfg.seeds:
+                for seed in cfg.curve_run_seeds:
                     done = [r for r in runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed,
                                                   control="") if r["train_pairs"] == size]
                     curve.add(done[0] if done else
@@ -323,6 +332,17 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
 
 
 HEADS = ({"head": "mlp"}, {"head": "linear"}, ("MLP", "linear"))  # the curve's comparison: A, B and their names
+
+
+SHARE_WORDS = {0.125: "an eighth", 0.25: "a quarter", 0.5: "half", 1.0: "all"}
+
+
+def share_words(fractions) -> str:
+    """The data-size curve's shares of the training pairs in words, so the prose describes the config it shows:
+    (0.25, 1.0) -> "a quarter and all of the training pairs"; a share without a word is written as a percentage."""
+    words = [SHARE_WORDS.get(float(f), f"{100 * float(f):g} %") for f in fractions]
+    listed = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"{listed} of the training pairs"
 
 
 def curve_frame(curve: Runs, metric: str):
@@ -344,3 +364,22 @@ def style_diagnostics(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     a, b = F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1)
     nearest = (a @ b.T).argmax(1) == torch.arange(len(a))
     return {"cross_style_nearest_same": float(nearest.float().mean()), "mean_cosine": float((a @ a.T).mean())}
+
+
+def matched_rows(first: Labelled, second: Labelled) -> tuple[list[int], list[int]]:
+    """Row pairs that show one concept in both sets, one pair per concept, for :func:`style_diagnostics`: the
+    first image of each class of ``second`` whose name ``first`` also has, with ``first``'s first image of it.
+    The emoji corpus draws each concept once per artist, so every concept pairs; the medium corpus pairs each
+    Tux Paint photo-like stamp with a drawing of its (unseen) concept."""
+    first_row: dict[str, int] = {}
+    for row, label in enumerate(first.labels):
+        first_row.setdefault(first.classnames[label], row)
+    pairs: dict[str, tuple[int, int]] = {}
+    for row, label in enumerate(second.labels):
+        name = second.classnames[label]
+        if name in first_row and name not in pairs:
+            pairs[name] = (first_row[name], row)
+    if not pairs:
+        raise ValueError(f"{first.name} and {second.name} share no class name: no concept is shown in both")
+    return [a for a, _ in pairs.values()], [b for _, b in pairs.values()]
+

@@ -41,23 +41,28 @@ class LiT(nn.Module):
 
     ``text_model``: a ``transformers`` encoder (``AutoModel``), trained with everything else. ``pooling``: how its
     token states become one vector (``mean`` for sentence-transformers models, ``cls`` for BERT). ``chunk``: rows per
-    forward pass outside training (a zero-shot set's thousands of prompts)."""
+    forward pass outside training (a zero-shot set's prompts). ``bucket``: rows per encoder call (:meth:`_encode`)."""
 
     def __init__(self, text_model: nn.Module, image_dim: int, loss: LossConfig, *, pooling: str = "mean",
-                 pad_id: int = 0, chunk: int = 512) -> None:
+                 pad_id: int = 0, chunk: int = 512, bucket: int = 64) -> None:
         super().__init__()
-        self.text_model = text_model
-        width = int(text_model.config.hidden_size)
-        self.projection = nn.Linear(width, int(image_dim))
+        self.text_model, self.projection = text_model, nn.Linear(int(text_model.config.hidden_size), int(image_dim))
         self.image_dim, self.pooling, self.pad_id, self.chunk = int(image_dim), pooling, int(pad_id), int(chunk)
+        self.bucket = int(bucket)
         self.criterion = ClipLoss(temperature=loss.temperature, learnable=loss.learnable)
 
     def _encode(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of right-padded ids, shortest first in groups of ``bucket``, each cut to its longest text: names are
+        ~4.5 word pieces but a batch's longest ~14, so one call computes mostly padding (2.4x slower, measured).
+        Masked attention makes the result the one-call result up to rounding (tests/test_lit.py)."""
         mask = ids != self.pad_id
-        length = int(mask.any(0).nonzero().max()) + 1 if bool(mask.any()) else 1  # drop columns of padding only
-        ids, mask = ids[:, :length], mask[:, :length]
-        hidden = self.text_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
-        return F.normalize(self.projection(pool(hidden, mask, self.pooling)).float(), dim=-1)
+        lengths = (mask * torch.arange(1, ids.shape[1] + 1, device=ids.device)).amax(1).clamp(min=1)
+        order, parts = torch.argsort(lengths, stable=True), []
+        for rows in order.split(self.bucket):
+            part_ids, part_mask = ids[rows, :int(lengths[rows].max())], mask[rows, :int(lengths[rows].max())]
+            hidden = self.text_model(input_ids=part_ids, attention_mask=part_mask.long()).last_hidden_state
+            parts.append(pool(hidden, part_mask, self.pooling))
+        return F.normalize(self.projection(torch.cat(parts)[torch.argsort(order)]).float(), dim=-1)
 
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dtype not in (torch.int64, torch.int32) or ids.ndim != 2:
