@@ -49,7 +49,7 @@ sets mean = std = 0.5, bicubic, 224 px, crop 0.875 (TF's eval resize: bicubic, 3
 Every variant gets the two reference photos right: ``chelsea`` -> a cat class (tabby, tiger cat or
 Egyptian cat), ``coffee`` -> espresso (967).
 
-See notebooks/sharelock.py, section "Why EfficientNet and not DINOv2 in the small config".
+See notebooks/sharelock.py, section "Why EfficientNet and not DINOv2 in the offline configs".
 """
 from __future__ import annotations
 
