@@ -77,3 +77,12 @@ def parameter_overrides(*, seeds: Any = None, limit: Any = None, overrides: Any 
         if value is not None:
             out[name] = parsed(name, value)
     return out
+
+
+def curve_run_seeds(seeds: tuple[int, ...], curve_seeds: int | None) -> tuple[int, ...]:
+    """The seeds a chapter's data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None). A curve
+    may need fewer seeds than the claims' intervals; two at least, so each size has a spread (else ValueError)."""
+    if curve_seeds is not None and not 2 <= curve_seeds <= len(seeds):
+        raise ValueError(f"curve_seeds {curve_seeds} must lie in 2..{len(seeds)} (the seeds; two at least for the "
+                         "curve's intervals), or be left out to run every seed")
+    return tuple(seeds[:curve_seeds])

@@ -118,13 +118,11 @@ class MediumConfig(Config):
             raise ValueError("the medium FLAME config reads the medium corpus (data.corpus: medium)")
         if any(not 2 <= n <= self.train_pairs for n in self.curve_sizes):
             raise ValueError(f"curve_sizes {list(self.curve_sizes)} must lie in 2..train_pairs ({self.train_pairs})")
-        if self.curve_seeds is not None and not 2 <= self.curve_seeds <= len(self.seeds):
-            raise ValueError(f"curve_seeds {self.curve_seeds} must lie in 2..{len(self.seeds)} (the seeds; two at "
-                             "least for the curve's intervals)")
+        chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
         if "en" not in self.tux_locales:  # the reference language (the locales are checked against the data on use)
             raise ValueError(f"tux_locales {list(self.tux_locales)} must include en")
 
     @property
     def curve_run_seeds(self) -> tuple[int, ...]:
         """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
-        return tuple(self.seeds[:self.curve_seeds])
+        return chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)

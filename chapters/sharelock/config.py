@@ -53,14 +53,12 @@ class Config:
         if not self.curve_fractions or any(not 0 < f <= 1 for f in self.curve_fractions):
             raise ValueError(f"curve_fractions must be shares of the training pairs in (0, 1], e.g. [0.25, 1.0]; "
                              f"got {list(self.curve_fractions)}")
-        if self.curve_seeds is not None and not 2 <= self.curve_seeds <= len(self.seeds):
-            raise ValueError(f"curve_seeds {self.curve_seeds} must lie in 2..{len(self.seeds)} (the seeds; two at "
-                             f"least, so each size has a spread), or be left out to run every seed")
+        chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
 
     @property
     def curve_run_seeds(self) -> tuple[int, ...]:
         """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
-        return tuple(self.seeds[:self.curve_seeds])
+        return chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:

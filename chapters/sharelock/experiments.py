@@ -382,4 +382,3 @@ def matched_rows(first: Labelled, second: Labelled) -> tuple[list[int], list[int
     if not pairs:
         raise ValueError(f"{first.name} and {second.name} share no class name: no concept is shown in both")
     return [a for a, _ in pairs.values()], [b for _, b in pairs.values()]
-
