@@ -17,14 +17,14 @@ from conftest import chapter_metrics, run_chapter
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
 
-# Recorded from the committed small-config run (mean over seeds 0, 1, 2; run on its own, the test checks seed 0); the
+# Recorded from a small-config run (mean over its seeds 0 and 1; run on its own, the test checks seed 0); the
 # tolerances are wide enough for seed, thread-count and platform noise, narrow enough to catch a
 # broken pipeline.
 RECORDED = {
-    "sharelock_unseen_acc1": (0.139, 0.05),  # Gemma 3 270M + EfficientNet-Lite0, MLP head
+    "sharelock_unseen_acc1": (0.163, 0.05),  # Gemma 3 270M + EfficientNet-Lite0, MLP head
     "linear_unseen_acc1": (0.146, 0.05),
-    "text/all-MiniLM-L6-v2": (0.179, 0.05),
-    "vision/dinov2-small": (0.050, 0.04),
+    "text/all-MiniLM-L6-v2": (0.175, 0.05),
+    "vision/dinov2-small": (0.049, 0.04),
 }
 
 
