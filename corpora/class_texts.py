@@ -18,6 +18,11 @@ class of each text):
   CLDR label and tags of OpenMoji / Fluent; game-icons has only the name), at most three distinct per concept;
   Fashion-MNIST and ImageNet+: the WordNet 3.0 gloss of the class's synset (ImageNet classes *are* WordNet
   noun synsets); AWA2 / CUB / FGVC-Aircraft: an article file the user provides, split into sentences.
+* ``wikipedia``: the paper's "Wikip. Articles" offline (medium config): the sentences of the class's Wikipedia
+  lead paragraph (``corpora.wikipedia``: exact title matches only), and for a class without an article the name
+  in the templates, as the paper does ("an ideal match does not always exist [...], in which case superordinate
+  articles are considered or template-based fallbacks are employed", A.2). :func:`with_own_text` says which
+  classes have an article, so a comparison can be read on them alone.
 
 Generated text is data: ``tools/generate_class_texts.py`` writes it once, with a named model and recorded
 prompts, to ``data_manifests/class_texts/<dataset>-<kind>.json``, whose sha256 sits in
@@ -45,9 +50,9 @@ from corpora.templates import IMAGENET_TEMPLATES, IMAGENET_TEMPLATES_7, NAME_ONL
 __all__ = ["TEXT_KINDS", "GENERATED_KINDS", "VARIANTS", "TEMPLATES", "PROMPTS", "PROMPT_VARIANTS", "MAX_NEW_TOKENS",
            "CLASS_TEXT_DIR", "CLASS_TEXT_MANIFEST", "FASHION_WORDNET", "SMALL_DATASETS", "MEDIUM_REFERENCE",
            "ClassTexts", "class_texts", "split_sentences", "generation_classes", "generate_texts", "class_text_path",
-           "write_class_texts", "load_class_texts", "text_source"]
+           "write_class_texts", "load_class_texts", "text_source", "with_own_text"]
 
-TEXT_KINDS = ("name", "description", "encyclopedia", "reference")
+TEXT_KINDS = ("name", "description", "encyclopedia", "reference", "wikipedia")
 GENERATED_KINDS = ("description", "encyclopedia")
 VARIANTS = {"bare-name": "name"}  # text sets that vary one kind (the name without templates)
 SENTENCE_KINDS = ("encyclopedia",)  # articles are split into sentences (reference articles from a file too)
@@ -286,6 +291,28 @@ def _medium_reference(bench: ClassBenchmark) -> tuple[list[list[str]], dict]:
             {"medium": medium.source_identity(medium.TRAIN_SOURCES)["manifest"], **MEDIUM_REFERENCE})
 
 
+def _wikipedia(bench: ClassBenchmark, templates: str) -> tuple[list[list[str]], dict]:
+    """Each class's Wikipedia lead paragraph in sentences, or its name in ``templates`` where it has no article."""
+    from corpora import wikipedia
+
+    articles = wikipedia.class_texts(bench.class_names)
+    chosen = TEMPLATES[templates]
+    per_class = [articles.get(name) or [t.replace("{c}", name) for t in chosen] for name in bench.class_names]
+    return per_class, {**wikipedia.source_identity(), "fallback": templates,
+                       "with_article": sum(name in articles for name in bench.class_names)}
+
+
+def with_own_text(bench: ClassBenchmark, kind: str) -> tuple[int, ...]:
+    """The classes (indices into ``bench.class_keys``) whose texts of ``kind`` are their own, not the template
+    fallback: for ``wikipedia`` the classes with an article; for any other kind every class."""
+    if kind != "wikipedia":
+        return tuple(range(len(bench.class_keys)))
+    from corpora import wikipedia
+
+    found = wikipedia.match(bench.class_names)
+    return tuple(c for c, name in enumerate(bench.class_names) if name in found)
+
+
 def class_texts(bench: ClassBenchmark, kind: str, *, templates: str = "imagenet80") -> ClassTexts:
     """All texts of every class of ``bench`` of one kind (see the module docstring), class-major.
 
@@ -304,6 +331,8 @@ def class_texts(bench: ClassBenchmark, kind: str, *, templates: str = "imagenet8
         extra["file_sha256"] = file_sha256(class_text_path(bench.name, kind))
     elif kind == "reference":
         per_class, extra = _reference(bench)
+    elif kind == "wikipedia":
+        per_class, extra = _wikipedia(bench, templates)
     else:
         raise ValueError(f"text kind {kind!r} is not one of {TEXT_KINDS + tuple(VARIANTS)}")
     source = {"viterb": bench.name, "kind": kind, "classes_sha256": hashlib.sha256(

@@ -179,8 +179,10 @@ def test_generated_texts_match_their_manifest():
 def test_text_sources_have_distinct_store_keys(small):
     _, benches = small
     bench = benches["fashion-mnist"]
-    sources = [json.dumps(class_texts.text_source(bench, kind), sort_keys=True)
-               for kind in (*class_texts.TEXT_KINDS, "bare-name")]
+    from corpora import wikipedia
+
+    kinds = [k for k in (*class_texts.TEXT_KINDS, "bare-name") if k != "wikipedia" or wikipedia.installed()]
+    sources = [json.dumps(class_texts.text_source(bench, kind), sort_keys=True) for kind in kinds]
     sources.append(json.dumps(class_texts.text_source(bench, "name", templates="imagenet7"), sort_keys=True))
     assert len(set(sources)) == len(sources)
 
@@ -245,6 +247,26 @@ def test_class_score_is_the_mean_of_its_texts_scores():
     # an unseen class (every test image is scored among the unseen classes only).
     images[bench.images("test")] = texts[0]
     assert 0 <= viterb.unseen_score(_Identity(), images, texts, owner, bench) <= 1
+
+
+def test_a_score_among_some_classes_averages_their_recall_only():
+    """``among``: images of the other unseen classes are still classified among all of them, and count for nothing;
+    the subset score is the brute-force mean recall of the chosen classes."""
+    torch.manual_seed(1)
+    bench = _toy_bench(n_unseen=4, per_class=5)
+    owner = list(range(len(bench.class_keys)))
+    texts, images = torch.randn(len(owner), 8), torch.randn(len(bench.image_labels), 8)
+    unseen, test = bench.classes("unseen"), bench.images("test")
+    cos = torch.nn.functional.normalize(images, dim=-1) @ torch.nn.functional.normalize(texts, dim=-1).T
+    predicted = {i: unseen[int(cos[i, unseen].argmax())] for i in test}
+    among = unseen[1:3]
+    recall = [sum(predicted[i] == c for i in test if bench.image_labels[i] == c) / 5 for c in among]
+    got = viterb.unseen_score(_Identity(), images, texts, owner, bench, among=among)
+    assert got == pytest.approx(sum(recall) / len(recall))
+    every = viterb.unseen_score(_Identity(), images, texts, owner, bench)
+    assert every == pytest.approx(viterb.unseen_score(_Identity(), images, texts, owner, bench, among=unseen))
+    assert viterb.unseen_score(_Identity(), images, texts, owner, bench, among=[]) != viterb.unseen_score(
+        _Identity(), images, texts, owner, bench, among=[])  # nan: no class to average over
 
 
 def test_training_draws_each_text_of_its_class_uniformly():
@@ -340,6 +362,63 @@ def test_claims_follow_the_rule():
             and "capability_predicts_alignment" not in flipped)
     assert (viterb_claims._paper_mean(["Dec."]) == pytest.approx(511.9 / 12)
             and viterb_claims._paper_mean(["Enc."]) == pytest.approx(562.9 / 16))
+
+
+def test_wikipedia_is_tables_column_and_reference_its_stand_in_only_without_it():
+    small, medium = viterb.load_config("small"), viterb.load_config("medium")
+    assert viterb.paper_columns(small)["reference"] == "Wikip. Articles" and "wikipedia" not in small.text_kinds
+    assert viterb.paper_columns(medium) == {"name": "Class Names", "wikipedia": "Wikip. Articles"}
+    assert viterb.paper_kind(medium, "reference") is None
+    assert viterb_claims._paper_mean(kinds=["reference"]) == viterb_claims._paper_mean(kinds=["wikipedia"]) == (
+        pytest.approx(sum(row[4] for row in viterb.PAPER_TABLE_1.values()) / 7))
+
+
+def test_the_wikipedia_claim_reads_the_classes_with_an_article():
+    """Only the classes with an article differ between `wikipedia` and `name`: the claim is read there
+    (``score_own_text``), and `reference` beside it is the book's own question."""
+    cfg = dataclasses.replace(viterb.load_config("small"), text_kinds=("name", "reference", "wikipedia"))
+    runs = Runs()
+    for seed in range(5):
+        for kind, own, every in (("name", 0.10, 0.20), ("wikipedia", 0.14 + 0.002 * seed, 0.20), ("reference", 0, 0.2)):
+            for model, family in (("dec", "decoder"), ("enc", "encoder")):
+                runs.add(study="main", role="score", dataset="emoji", model=model, family=family, kind=kind,
+                         seed=seed, score=every + 0.001 * seed, score_own_text=own, chance=0.005)
+    found = {c.id: c for c in viterb.claims(cfg, runs, {})}
+    wiki = found["wikipedia_beats_names"]
+    assert wiki.origin == "paper" and wiki.verdict == "reproduced" and "Wikip. Articles 40.1" in wiki.paper_value
+    assert wiki.comparison.difference == pytest.approx(0.044)
+    assert found["reference_beats_names"].origin == "book" and found["reference_beats_names"].paper_pair is None
+    worse = Runs(dict(r, score_own_text=0.20 - r["score_own_text"]) if r["kind"] == "wikipedia" else r for r in runs)
+    lost = {c.id: c for c in viterb.claims(cfg, worse, {})}["wikipedia_beats_names"]
+    assert lost.verdict == "not reproduced"
+    assert "emoji: wikipedia 5.60 % vs names 10.00 %" in lost.diagnosis  # the classes with an article
+    assert "on all the unseen classes" in lost.diagnosis and "wikipedia 20.20 % vs names 20.20 %" in lost.diagnosis
+
+
+def test_medium_config_runs_seven_models_five_seeds_and_the_curve_on_three():
+    cfg = viterb.load_config("medium")
+    names = [t.name for t in cfg.text]
+    assert len(names) == 7 and "offline/qwen2.5-coder-1.5b-instruct" in names
+    assert len(cfg.seeds) >= 5 and cfg.curve_run_seeds == cfg.seeds[:3]
+    assert {s.seed for s in viterb.curve_specs(cfg, 1000)} == set(cfg.seeds[:3])
+    with pytest.raises(ValueError, match="curve_seeds"):
+        viterb.load_config("medium", {"curve_seeds": 9})
+
+
+@pytest.mark.skipif(not __import__("corpora.wikipedia").wikipedia.installed(),
+                    reason="the pinned Wikipedia wheel is a medium asset (make setup-medium)")
+def test_wikipedia_texts_are_the_article_sentences_or_the_name(small):
+    _, benches = small
+    bench = benches["emoji"]
+    from corpora import wikipedia
+
+    found = class_texts.class_texts(bench, "wikipedia", templates="bare")
+    own = set(class_texts.with_own_text(bench, "wikipedia"))
+    articles = wikipedia.class_texts(bench.class_names)
+    assert 0 < len(own) < len(bench.class_keys) and found.source["with_article"] == len(own)
+    for c, name in enumerate(bench.class_names):
+        texts = [t for t, o in zip(found.texts, found.owner) if o == c]
+        assert texts == (articles[name] if c in own else [name])
 
 
 def test_split_diagram_is_drawn_from_the_benchmarks(small):

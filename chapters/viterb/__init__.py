@@ -21,6 +21,7 @@ from chapters.viterb.data_size import (
 from chapters.viterb.experiments import (
     ChapterFeatures,
     RunSpec,
+    own_text_classes,
     benchmark,
     choose_recipes,
     family,
@@ -31,6 +32,7 @@ from chapters.viterb.experiments import (
     same_as_name,
     short,
     stuck_runs,
+    synonym_groups,
     texts_of,
     train_and_score,
     unseen_score,
@@ -41,9 +43,13 @@ from chapters.viterb.model_capability import (
 from chapters.viterb.verdicts import (
     PAPER_COLUMNS,
     PAPER_TABLE_1,
+    STAND_IN,
     claims,
     findings,
     outcome,
+    own_text_metric,
+    paper_columns,
+    paper_kind,
     paper_table,
     score_table,
 )
@@ -52,7 +58,8 @@ __all__ = [
     "capability",
     "NAME", "TextKind", "Config", "load_config", "short", "label", "family", "benchmark", "RunSpec", "run_specs",
     "texts_of", "feature_plan", "ChapterFeatures", "unseen_score", "train_and_score", "choose_recipes", "recipe_key",
-    "stuck_runs", "same_as_name",
-    "CURVE_KIND", "curve_specs", "data_size_curve", "PAPER_COLUMNS", "PAPER_TABLE_1", "paper_table", "score_table",
+    "stuck_runs", "same_as_name", "own_text_classes", "synonym_groups",
+    "CURVE_KIND", "curve_specs", "data_size_curve", "PAPER_COLUMNS", "PAPER_TABLE_1", "STAND_IN", "paper_kind",
+    "paper_columns", "own_text_metric", "paper_table", "score_table",
     "outcome", "claims", "findings",
 ]

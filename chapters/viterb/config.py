@@ -16,7 +16,7 @@ from lib.core.recipes import SweepConfig
 NAME = "viterb"
 
 
-TextKind = Literal["name", "description", "encyclopedia", "reference"]
+TextKind = Literal["name", "description", "encyclopedia", "reference", "wikipedia"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,17 @@ class Config:
     vision_check_kinds: tuple[TextKind, ...] = ("name", "reference")  # ... and only these text types
     perplexity_texts: int = 200  # held-out WordNet glosses for each decoder's own perplexity
     curve_fractions: tuple[float, ...] = ()
+    curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
+
+    @property
+    def curve_run_seeds(self) -> tuple[int, ...]:
+        """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
+        return chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)
 
     @property
     def datasets(self) -> tuple[str, ...]:

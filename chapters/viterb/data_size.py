@@ -15,14 +15,14 @@ CURVE_KIND = "name"  # the curve's text type: Table 1's class-name column, the p
 
 def curve_specs(cfg: Config, n_train: int) -> list[RunSpec]:
     """The runs of the data-size curve below the whole training set: every text model on the class names of the
-    first score dataset, at each of ``curve_fractions`` of its ``n_train`` training images, every seed (the whole
-    set is the main grid's run, reused)."""
+    first score dataset, at each of ``curve_fractions`` of its ``n_train`` training images, on the curve's seeds
+    (``curve_run_seeds``; the whole set is the main grid's run, reused)."""
     if not cfg.curve_fractions:
         return []
     dataset, main = cfg.score_datasets[0], cfg.vision[0]
     return [RunSpec("curve", dataset, t, CURVE_KIND, main, seed, train_images=size)
             for size in curves.sizes(n_train, cfg.curve_fractions) if size < n_train
-            for t in cfg.text for seed in cfg.seeds]
+            for t in cfg.text for seed in cfg.curve_run_seeds]
 
 
 def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures,
@@ -34,5 +34,6 @@ def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chap
     for spec in curve_specs(cfg, len(benches[dataset].images("train"))):
         curve.add(train_and_score(cfg, benches[dataset], feats, spec, train=chosen.get(recipe_key(spec.text))))
     for row in runs.where(study="main", dataset=dataset, kind=CURVE_KIND):
-        curve.add(row)
+        if row["seed"] in cfg.curve_run_seeds:  # the same seeds at every size
+            curve.add(row)
     return curve

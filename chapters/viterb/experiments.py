@@ -5,12 +5,13 @@ See notebooks/viterb.py, section "Train on seen classes, score on unseen ones".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import torch
 
 from chapters.viterb.config import Config
-from corpora import class_splits, class_texts, full_sets
+from corpora import class_splits, class_texts, full_sets, synonyms
 from corpora.class_splits import ClassBenchmark
 from corpora.class_texts import ClassTexts
 from lib.core import curves, features, recipes
@@ -143,10 +144,13 @@ class ChapterFeatures:
 
 @torch.no_grad()
 def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tensor, owner: Sequence[int],
-                 bench: ClassBenchmark, images: str = "test") -> float:
+                 bench: ClassBenchmark, images: str = "test", among: Sequence[int] | None = None) -> float:
     """ViTeRB's score: mean per-class accuracy of the test images, classified among the unseen classes only
     (``images="val"``: the validation images among the classes they show, a recipe sweep's score: the held-out
     validation classes where the split has them, the seen classes' held-out images where it does not).
+    ``among``: average the per-class accuracy over these classes only (the images of the others are still
+    classified among all the unseen classes, and count for nothing). The medium corpus's synonym groups
+    (``corpora.synonyms``: "ant" and "ants") count a synonym of the true class as correct.
 
     A class's score for an image is the **mean over its texts** of the image-text cosine (the paper
     averages class scores over all class-specific texts). The mean of dot products is the dot product with
@@ -164,7 +168,41 @@ def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tens
     means /= torch.bincount(classes, minlength=len(unseen)).clamp_min(1)[:, None]
     logits = method.embed_image(image_features[test].to(device)) @ means.T
     labels = torch.tensor([position[bench.image_labels[i]] for i in test])
-    return mean_per_class_recall(logits.cpu(), labels)
+    groups = synonym_groups(bench, unseen)
+    if among is not None:
+        keep_images = torch.tensor([bench.image_labels[i] in set(among) for i in test])
+        if not keep_images.any():
+            return float("nan")
+        logits, labels = logits[keep_images.to(logits.device)], labels[keep_images]
+    return mean_per_class_recall(logits.cpu(), labels, groups)
+
+
+def synonym_groups(bench: ClassBenchmark, classes: Sequence[int]) -> tuple[int, ...] | None:
+    """The synonym groups of ``classes`` of the medium corpus (``corpora.synonyms``; 24 groups among its 1,540
+    unseen concepts), None for a benchmark whose split already keeps near-duplicates together (emoji families)."""
+    if bench.name != "medium":
+        return None
+    return _groups(tuple(bench.class_names[c] for c in classes))
+
+
+@lru_cache(maxsize=8)
+def _groups(names: tuple[str, ...]) -> tuple[int, ...]:
+    return synonyms.groups(names)
+
+
+def own_text_classes(cfg: Config, bench: ClassBenchmark) -> tuple[int, ...] | None:
+    """The unseen classes whose ``wikipedia`` texts are their own article (not the name fallback), when the config
+    has that kind: every run of the dataset is scored on them too (``score_own_text``), so the Wikipedia claim
+    compares the two text kinds on the same classes and images."""
+    if "wikipedia" not in cfg.text_kinds or bench.name not in cfg.score_datasets:
+        return None
+    if bench.name not in _OWN_TEXT:
+        own = set(class_texts.with_own_text(bench, "wikipedia"))
+        _OWN_TEXT[bench.name] = tuple(c for c in bench.classes("unseen") if c in own)
+    return _OWN_TEXT[bench.name]
+
+
+_OWN_TEXT: dict[str, tuple[int, ...]] = {}
 
 
 def recipe_key(text: TextModelConfig) -> str:
@@ -224,6 +262,9 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
            "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps_run": result.steps_run,
            "first_eval": min(settings.eval_every, settings.steps), "train_images": len(train_rows),
            "train_s": round(result.seconds, 2)}
+    own = own_text_classes(cfg, bench)
+    if own is not None:
+        row["score_own_text"] = unseen_score(method, images, text_features, texts.owner, bench, among=own)
     if score_val:
         row["val_score"] = unseen_score(method, images, text_features, texts.owner, bench, "val")
     return row
