@@ -13,8 +13,10 @@ config's four datasets are read by :mod:`corpora.full_sets` into the same shape.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -27,7 +29,7 @@ from corpora import emoji, manifests
 __all__ = ["ImageSource", "ClassBenchmark", "seeded_class_split", "write_fashion_split", "load_split_file",
            "EMOJI_SUBSET", "EMOJI_SUBSET_SEED", "emoji_split", "emoji_concepts", "emoji_benchmark",
            "FashionImages", "fashion_benchmark", "medium_benchmark", "MEDIUM_SPLITS", "FASHION_SPLIT_SEED",
-           "FASHION_UNSEEN", "SPLIT_DIR", "ROLES", "split_diagram"]
+           "FASHION_UNSEEN", "SPLIT_DIR", "ROLES", "split_diagram", "resplit"]
 
 SPLIT_DIR = REPO_ROOT / "data_manifests" / "splits"
 FASHION_SPLIT_SEED = 0
@@ -87,6 +89,30 @@ class ClassBenchmark:
 
 
 # --------------------------------------------------------------------------------------------- splits
+IMAGE_ROLE = {"seen": "train", "val": "val", "unseen": "test"}
+
+
+def resplit(bench: ClassBenchmark, seed: int, family: Callable[[str], str]) -> ClassBenchmark:
+    """The same classes and images with the roles drawn again: whole families (``family(class name)``) to
+    seen / val / unseen by a seeded shuffle, filling each role to this benchmark's share of the classes
+    (``corpora.openclipart.assign``: unseen first, then val, the rest seen); every image takes its class's role.
+
+    Why: a verdict that rests on one split may be a fact about that split. Drawing a split per seed puts the
+    split's own variance into a paired interval over seeds, while the features stay those of the one store
+    (an image's features do not depend on its role)."""
+    from corpora import openclipart
+
+    counts, total = Counter(bench.class_role), len(bench.class_keys)
+    fractions = {"unseen": counts["unseen"] / total, "val": counts["val"] / total, "train": counts["seen"] / total}
+    families = [family(name) for name in bench.class_names]
+    drawn = openclipart.assign(Counter(families), seed, fractions)
+    roles = tuple({"train": "seen", "val": "val", "unseen": "unseen"}[drawn[f]] for f in families)
+    image_role = tuple(IMAGE_ROLE[roles[c]] for c in bench.image_labels)
+    out = dataclasses.replace(bench, class_role=roles, image_role=image_role)
+    out.check_no_leak()
+    return out
+
+
 def seeded_class_split(classes: Sequence[str], n_unseen: int, seed: int) -> dict:
     """Seeded random split of a class list into seen / unseen classes (both in the list's order).
 

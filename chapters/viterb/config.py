@@ -29,7 +29,9 @@ class Config:
     run again with another pooling (reported apart from the main table). ``bare_name``: also run the class
     name without templates. ``curve_fractions``: shares of the first score dataset's training images at which
     every text model is trained again on the class names (the data-size curve, :func:`data_size_curve`; empty:
-    none).
+    none), on the first ``curve_seeds`` seeds. ``split_per_seed``: every seed draws its own split of each
+    dataset's classes by concept family (:func:`chapters.viterb.experiments.seed_benchmark`), so that no verdict
+    rests on one split; otherwise every seed reads the dataset's fixed, checksummed split.
     """
 
     score_datasets: tuple[str, ...]
@@ -52,6 +54,7 @@ class Config:
     perplexity_texts: int = 200  # held-out WordNet glosses for each decoder's own perplexity
     curve_fractions: tuple[float, ...] = ()
     curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
+    split_per_seed: bool = False  # each seed draws its own seen / val / unseen split of every dataset's classes
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
 

@@ -5,7 +5,7 @@ See notebooks/viterb.py, section "More data: decoders against encoders as the tr
 from __future__ import annotations
 
 from chapters.viterb.config import Config
-from chapters.viterb.experiments import ChapterFeatures, RunSpec, recipe_key, train_and_score
+from chapters.viterb.experiments import ChapterFeatures, RunSpec, recipe_key, seed_benchmark, train_and_score
 from corpora.class_splits import ClassBenchmark
 from lib.core import curves
 from lib.core.results import Runs
@@ -28,12 +28,19 @@ def curve_specs(cfg: Config, n_train: int) -> list[RunSpec]:
 def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures,
                     runs: Runs, chosen: dict | None = None) -> Runs:
     """Decoders against encoders as the training set grows (:func:`curve_specs`; the whole-set points are the main
-    grid's runs on the same dataset and text type), each model with its recipe (``chosen``)."""
+    grid's runs on the same dataset and text type), each model with its recipe (``chosen``). ``curve_size`` is a
+    point's x: the subset's size, or for the whole set the mean over the seeds' splits (``train_images`` keeps each
+    run's own count)."""
     dataset = cfg.score_datasets[0]
     curve, chosen = Runs(), chosen or {}
-    for spec in curve_specs(cfg, len(benches[dataset].images("train"))):
-        curve.add(train_and_score(cfg, benches[dataset], feats, spec, train=chosen.get(recipe_key(spec.text))))
+    seeds = cfg.curve_run_seeds
+    n_train = {seed: len(seed_benchmark(cfg, benches, dataset, seed).images("train")) for seed in seeds}
+    whole = round(sum(n_train.values()) / len(n_train))  # a seed that draws its own split has its own count
+    for spec in curve_specs(cfg, min(n_train.values())):
+        bench = seed_benchmark(cfg, benches, dataset, spec.seed)
+        curve.add(train_and_score(cfg, bench, feats, spec, train=chosen.get(recipe_key(spec.text))),
+                  curve_size=spec.train_images)
     for row in runs.where(study="main", dataset=dataset, kind=CURVE_KIND):
-        if row["seed"] in cfg.curve_run_seeds:  # the same seeds at every size
-            curve.add(row)
+        if row["seed"] in seeds:  # the same seeds at every size
+            curve.add(row, curve_size=whole)
     return curve

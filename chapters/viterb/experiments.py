@@ -55,6 +55,24 @@ def benchmark(cfg: Config) -> dict[str, ClassBenchmark]:
     return out
 
 
+def seed_benchmark(cfg: Config, benches: dict[str, ClassBenchmark], dataset: str, seed: int) -> ClassBenchmark:
+    """The benchmark a run of ``seed`` reads: with ``split_per_seed`` (medium) the seed's own split of the classes,
+    whole concept families (``corpora.medium.family``: "woman cook" and "cook" together) drawn to seen / val /
+    unseen in the fixed split's proportions (``corpora.class_splits.resplit``); else the fixed split itself."""
+    bench = benches[dataset]
+    if not cfg.split_per_seed:
+        return bench
+    key = (dataset, seed, id(bench))
+    if key not in _SEED_BENCHES:
+        from corpora import medium
+
+        _SEED_BENCHES[key] = (bench, class_splits.resplit(bench, seed, medium.family))
+    return _SEED_BENCHES[key][1]
+
+
+_SEED_BENCHES: dict[tuple, tuple[ClassBenchmark, ClassBenchmark]] = {}  # keeps the base alive beside its id
+
+
 # ------------------------------------------------------------------------------------------- the runs
 @dataclass(frozen=True)
 class RunSpec:
@@ -185,7 +203,7 @@ def synonym_groups(bench: ClassBenchmark, classes: Sequence[int]) -> tuple[int, 
     return _groups(tuple(bench.class_names[c] for c in classes))
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)
 def _groups(names: tuple[str, ...]) -> tuple[int, ...]:
     return synonyms.groups(names)
 
@@ -196,13 +214,12 @@ def own_text_classes(cfg: Config, bench: ClassBenchmark) -> tuple[int, ...] | No
     compares the two text kinds on the same classes and images."""
     if "wikipedia" not in cfg.text_kinds or bench.name not in cfg.score_datasets:
         return None
-    if bench.name not in _OWN_TEXT:
-        own = set(class_texts.with_own_text(bench, "wikipedia"))
-        _OWN_TEXT[bench.name] = tuple(c for c in bench.classes("unseen") if c in own)
-    return _OWN_TEXT[bench.name]
+    if bench.name not in _OWN_TEXT:  # which classes have an article does not depend on the split
+        _OWN_TEXT[bench.name] = frozenset(class_texts.with_own_text(bench, "wikipedia"))
+    return tuple(c for c in bench.classes("unseen") if c in _OWN_TEXT[bench.name])
 
 
-_OWN_TEXT: dict[str, tuple[int, ...]] = {}
+_OWN_TEXT: dict[str, frozenset[int]] = {}
 
 
 def recipe_key(text: TextModelConfig) -> str:
@@ -220,7 +237,8 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
 
     def score(text: TextModelConfig, settings: TrainSettings) -> float:
         spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
-        return train_and_score(cfg, benches[dataset], feats, spec, train=settings, score_val=True)["val_score"]
+        bench = seed_benchmark(cfg, benches, dataset, spec.seed)
+        return train_and_score(cfg, bench, feats, spec, train=settings, score_val=True)["val_score"]
 
     chosen, record = recipes.choose_each(cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]),
                                          score, lambda text: {"model": label(cfg, text), "pooling": text.pooling})

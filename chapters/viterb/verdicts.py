@@ -148,7 +148,7 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
             text += f"; the encoders mean-pooled: {_means(runs, 'model', study='pooling', role='score')}"
         if curve is not None and len(curve):
             trend = curves.trend(curve, "score", {"family": "decoder"}, {"family": "encoder"}, ("decoders", "encoders"),
-                                 size_key="train_images", context=f"class names on {cfg.score_datasets[0]}")
+                                 size_key="curve_size", context=f"class names on {cfg.score_datasets[0]}")
             text += f"; {trend}" if trend else ""
     elif claim.id.endswith("_beats_names"):
         kind = claim.id[: -len("_beats_names")]
@@ -208,8 +208,10 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
     sized = _size_claim(runs, params or {})
     if sized is not None:
         out.append(sized)
-    chances = {r["dataset"]: r["chance"] for r in runs.where(**_main())}  # the score averages datasets: so does chance
-    chance = sum(chances.values()) / max(len(chances), 1)
+    chances: dict[str, list[float]] = {}  # the score averages datasets: so does chance (a seed's own split: its own)
+    for r in runs.where(**_main()):
+        chances.setdefault(r["dataset"], []).append(r["chance"])
+    chance = sum(sum(v) / len(v) for v in chances.values()) / max(len(chances), 1)
     out.append(Claim("above_chance", "a head trained on seen classes transfers to unseen classes through their "
                      "texts alone", "§4", versus(runs.values("score", **_main()), chance), ("ViTeRB score", "chance"),
                      paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
@@ -238,6 +240,6 @@ def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> di
     for dataset in cfg.datasets:
         out[f"dataset/{dataset}"] = runs.summary("score", study="main", dataset=dataset).mean
         out[f"control/{dataset}"] = runs.summary("score", study="control", dataset=dataset).mean
-        out[f"chance/{dataset}"] = next((r["chance"] for r in runs.where(dataset=dataset)), None)
+        out[f"chance/{dataset}"] = runs.summary("chance", study="main", dataset=dataset).mean
     out.update({f"perplexity/{m}": p for m, p in perplexity.items()})
     return out
