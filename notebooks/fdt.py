@@ -429,7 +429,7 @@ pd.DataFrame(usage).set_index(["head", "modality"]).drop(columns="codebook size"
 #
 # The headline comparison at growing shares of the training pairs: nested subsets (the first `n` of one
 # seeded permutation, `lib.core.curves.nested_subset`, so each smaller set is part of every
-# larger one), every seed, the same budget rule. On a subset the rule validates once an epoch of that
+# larger one), on the first `curve_seeds` seeds, the same budget rule. On a subset the rule validates once an epoch of that
 # subset (every 5 steps at 1,427 pairs, 11 at 2,854, 22 at 5,708; `lib.core.curves.subset_settings`) and stops after the
 # same 250 steps without improvement: a fixed 50-step interval is nine epochs of the smallest subset, by which
 # every head had already overfitted, so a first medium run left those heads stuck at their first evaluation.

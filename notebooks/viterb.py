@@ -203,9 +203,10 @@ for name, entry in manifests.load("viterb")["full"].items():
 pd.DataFrame(split_rows, dtype=object).set_index("dataset").fillna("")
 
 # %%
-if cfg.split_per_seed:
-    display(pd.DataFrame([{"seed": seed, "dataset": name, **viterb.seed_benchmark(cfg, benches, name, seed).counts()}
-                          for seed in cfg.seeds for name in cfg.datasets]).set_index(["dataset", "seed"]).sort_index())
+seed_splits = [{"seed": seed, "dataset": name, **viterb.seed_benchmark(cfg, benches, name, seed).counts()}
+               for seed in cfg.seeds for name in cfg.datasets] if cfg.split_per_seed else []
+if seed_splits:
+    display(pd.DataFrame(seed_splits).set_index(["dataset", "seed"]).sort_index())
 
 # %% [markdown]
 # The protocol, drawn from the benchmark objects this run uses (`corpora.class_splits.split_diagram`):
@@ -547,9 +548,9 @@ if curve is not None:
 # for the decoders their own **perplexity** on held-out text, 200 WordNet definitions
 # drawn at random (seeded) from the 82k noun synsets (`chapters.viterb.model_capability.capability`; lower is better).
 # An encoder has no comparable left-to-right likelihood, so it gets no perplexity and appears on the size
-# axis only. The offline Qwen2.5-Coder-0.5B checkpoint has no output layer; the model ties it to its input
-# embeddings, so the perplexity is computed with that tie (the table says so; untied, transformers would
-# score with a random layer). The rank correlation is Spearman's rho (`lib.core.ranks.rank_correlation`) of each measure
+# axis only. The offline Qwen2.5-Coder checkpoints (0.5B and 1.5B) have no output layer; both models tie it to
+# their input embeddings, so the perplexity is computed with that tie (the table says so; untied, transformers
+# would score with a random layer). The rank correlation is Spearman's rho (`lib.core.ranks.rank_correlation`) of each measure
 # with the score, over the seed means and per seed. Here the models, not the seeds, are the sample, so the
 # claims apply a rule of their own (`lib.core.ranks.RANK_RULE`, printed below): an exact permutation test
 # over the models, with every seed on the same side.
@@ -707,7 +708,7 @@ notebook.glue("key_findings", "\n".join(box), markdown=True)
 path = write_metrics(output_dir, chapter="viterb", config=config, settings=cfg, started=started, runs=runs,
                      findings=findings, claims=claims, features=found,
                      extra={"chance": chance, "capability": capability_rows, "splits": split_rows,
-                            "texts": summary_rows, "quick": quick, "stuck_runs": len(stuck),
+                            "texts": summary_rows, "quick": quick, "stuck_runs": len(stuck), "seed_splits": seed_splits,
                             "rank_correlation": correlations, "reference_alone": reference_alone,
                             "sweep": recipe_rows, "recipes": {k: {"lr": t.lr, "weight_decay": t.weight_decay}
                                                               for k, t in chosen.items()}})

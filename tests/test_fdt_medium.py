@@ -7,6 +7,7 @@ CI does not install the medium data: the test that reads it skips with the comma
 (``tests/test_medium_data.py``'s check)."""
 from __future__ import annotations
 
+import pytest
 from test_medium_data import _need_medium
 
 from chapters import fdt
@@ -20,6 +21,9 @@ def test_medium_config_validates():
     softmax = [v for v in cfg.variants if v.changes() == {"weighting": "softmax"}]
     assert softmax and softmax[0].seeds == len(cfg.seeds)
     assert fdt.load_config("small").curve_fractions  # the small section needs no curve field
+    assert len(cfg.seeds) >= 5 and cfg.curve_run_seeds == cfg.seeds[:3]  # the claims on 5, the curve's trend on 3
+    with pytest.raises(ValueError, match="curve_seeds"):
+        fdt.load_config("medium", {"curve_seeds": 1})
 
 
 def _runs(rows):

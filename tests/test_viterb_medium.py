@@ -159,3 +159,35 @@ def test_the_decoder_claim_not_reproduced_carries_the_curve_trend():
     assert claim.id == "decoders_beat_encoders" and claim.verdict == "not reproduced"
     assert ("decoders − encoders in points, class names on medium, by training pairs: 1,000: -2.0 (encoders ahead); "
             "2,000: -1.0 (encoders ahead)") in claim.diagnosis
+
+
+def test_the_committed_viterb_run_is_not_degenerate():
+    """What the book shows (book/metrics/viterb.json, the medium run): every head trained, seven language models
+    over at least five paired seeds that each drew their own split, the shuffled-text control at chance, and the
+    Wikipedia claim read on the classes with an article (the paper's) beside the reference text (the book's)."""
+    import json
+    from pathlib import Path
+
+    from lib.core.results import VERDICTS
+    from tools.run_notebooks import shown_configs
+
+    metrics = json.loads((Path(__file__).resolve().parents[1] / "book" / "metrics" / "viterb.json").read_text())
+    assert metrics["config"] == shown_configs()["viterb"] == "medium"
+    extra, seeds = metrics["extra"], metrics["settings"]["seeds"]
+    assert extra["stuck_runs"] == 0, "a reported head whose best step is its first evaluation has not trained"
+    assert len(seeds) >= 5 and metrics["settings"]["split_per_seed"]
+    drawn = {(r["seed"], r["dataset"]) for r in extra["seed_splits"]}
+    assert drawn == {(s, d) for s in seeds for d in ("medium", "emoji")}
+    main = [r for r in metrics["runs"] if r["study"] == "main"]
+    assert len({r["model"] for r in main}) == 7 and {r["seed"] for r in main} == set(seeds)
+    for dataset in ("medium", "emoji"):
+        chance = sum(r["chance"] for r in main if r["dataset"] == dataset) / sum(r["dataset"] == dataset for r in main)
+        score = [r["score"] for r in main if r["dataset"] == dataset]
+        control = [r["score"] for r in metrics["runs"] if r["study"] == "control" and r["dataset"] == dataset]
+        assert sum(score) / len(score) > 5 * chance and control and sum(control) / len(control) < 3 * chance, dataset
+    claims = {c["id"]: c for c in metrics["claims"]}
+    assert all(c["verdict"] in VERDICTS for c in claims.values())
+    wiki = claims["wikipedia_beats_names"]
+    assert wiki["origin"] == "paper" and wiki["paper_pair"] == [40.1, 35.5] and wiki["comparison"]["pairs"] >= 5
+    assert claims["reference_beats_names"]["origin"] == "book"
+    assert all("score_own_text" in r for r in main), "every score-set run is read on the classes with an article"

@@ -17,14 +17,14 @@ CURVE = ({"head": "FDT"}, {"head": "pooled"}, ("FDT", "pooled"))  # the curve's 
 
 def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs: Runs,
                     chosen: dict | None = None) -> Runs:
-    """FDT head vs pooled head at each of ``cfg.curve_fractions`` of the training pairs, every seed
-    (:func:`train_and_evaluate`, each head with its recipe ``chosen``); runs already in ``runs`` at the whole set
-    are reused, not retrained."""
+    """FDT head vs pooled head at each of ``cfg.curve_fractions`` of the training pairs, on the curve's seeds
+    (``cfg.curve_run_seeds``; :func:`train_and_evaluate`, each head with its recipe ``chosen``); runs already in
+    ``runs`` at the whole set are reused, not retrained."""
     total, curve, chosen = len(bench.train), Runs(), chosen or {}
     for fraction in cfg.curve_fractions:
         size = max(2, round(fraction * total))
         for head, kind in (("FDT", "fdt"), ("pooled", "pooled")):
-            for seed in cfg.seeds:
+            for seed in cfg.curve_run_seeds:
                 done = [r for r in runs.where(head=head, seed=seed) if r["train_pairs"] == size]
                 curve.add(done[0] if done else train_and_evaluate(
                     cfg, bench, feats, kind, seed, subset=curves.nested_subset(total, size),

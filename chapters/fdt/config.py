@@ -120,9 +120,15 @@ class Config:
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares (medium)
+    curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
     image_tower: ImageTowerConfig | None = None  # full: the encoders trained through FDT (None: frozen sequences)
     text_tower: TextTowerConfig | None = None
     train_data: Literal["resident", "streamed"] = "resident"  # the towers' training images: held, or per batch
+
+    @property
+    def curve_run_seeds(self) -> tuple[int, ...]:
+        """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
+        return chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)
 
     @property
     def towers(self) -> bool:
@@ -145,6 +151,7 @@ class Config:
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names) or {"FDT", "pooled"} & set(names):
             raise ValueError(f"variant names must be distinct and not 'FDT' or 'pooled', got {names}")
+        chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
