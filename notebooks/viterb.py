@@ -53,7 +53,7 @@
 # systematically: **given a frozen vision model, how much does the choice of frozen language model
 # matter?** ViTeRB measures it on classes the head has **never seen**:
 #
-# 1. split each dataset's classes into *seen* and *unseen* (disjoint, fixed lists);
+# 1. split each dataset's classes into *seen* and *unseen* (disjoint: fixed lists, or one draw per seed);
 # 2. represent every class by texts of one kind: its name in prompt templates, LLM descriptions, the
 #    sentences of an LLM "encyclopedia" article, real reference text, or the sentences of its real Wikipedia
 #    article; each language model embeds them;
@@ -385,21 +385,25 @@ notebook.show_source(viterb.unseen_score)
 #
 # **A recipe per language model.** Features of different models differ in scale and spread, and one shared
 # learning rate would favour the models it happens to suit. So each model's (and pooling's) learning rate is
-# chosen on the held-out *validation* classes (never the unseen ones) from the config's `sweep:` grid,
-# on the first score dataset's class names and the first seed, by the mean per-class accuracy of the held-out
-# validation classes' images among those classes (`lib.core.recipes.choose`), and every run of that model takes it.
+# chosen on the held-out *validation* classes (never the unseen ones) from the config's `sweep:` grid, on each
+# score dataset's class names and the first seed, by the mean per-class accuracy of the held-out validation
+# classes' images among those classes (`lib.core.recipes.choose`), and every run of that model on that dataset
+# takes it (a check dataset, which has no sweep, takes the first score dataset's): a rate that suits 11,416
+# training images need not suit emoji's 192. Every run follows one budget rule (`lib.core.curves.subset_settings`):
+# it is validated once an epoch of its training set, never more often than every 5 steps nor less often than
+# `eval_every`, with as many steps of patience; on emoji's 192 images at batch 256 that is every 5 steps.
 
 # %%
 chosen, recipe_rows = viterb.choose_recipes(cfg, benches, feats) if not quick else ({}, [])
 if recipe_rows:
     display(notebook.recipe_table(recipe_rows, "validation-class accuracy %",
-                                  "Each candidate's mean per-class accuracy of the validation classes' images among them (first seed); chosen = used for every run of the model"))
+                                  "Each candidate's mean per-class accuracy of the validation classes' images among them (first seed); chosen = used for every run of the model on that dataset"))
 
 # %%
 runs = Runs()
 for spec in viterb.run_specs(cfg, quick=quick):
     runs.add(viterb.train_and_score(cfg, viterb.seed_benchmark(cfg, benches, spec.dataset, spec.seed), feats, spec,
-                                    train=chosen.get(viterb.recipe_key(spec.text))))
+                                    train=viterb.recipe_for(cfg, chosen, spec)))
 trained = runs.frame()
 print(f"{len(runs)} heads in this grid; training them took {trained.train_s.sum():.0f} s of CPU time when they were "
       "trained (a re-execution reads them back from the run cache; the page's opening line counts both)")
@@ -412,7 +416,7 @@ print(f"{len(runs)} heads in this grid; training them took {trained.train_s.sum(
 
 # %%
 stuck = viterb.stuck_runs(cfg, runs)
-print(f"{len(runs)} runs; best step at the first evaluation (step {cfg.train.eval_every}): {len(stuck)}"
+print(f"{len(runs)} runs; best step at the run's first evaluation: {len(stuck)}"
       + "".join(f"\n  {r['study']}: {r['dataset']}, {r['model']}, {r['kind']}, seed {r['seed']}" for r in stuck))
 
 # %% [markdown]

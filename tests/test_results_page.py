@@ -148,6 +148,16 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     other.mkdir()
     (other / "a.json").write_text(json.dumps({**json.loads((before / "a.json").read_text()), "config": "medium"}))
     assert results_page.stability_rows(papers, ["a"], now, other) == []  # another config: nothing to compare
+    redesigned = tmp_path / "redesigned"
+    redesigned.mkdir()
+    runs = ((now, [0, 1, 2], "bfloat16"), (before, [0, 1, 2], "float32"), (redesigned, [0, 1], "float32"))
+    for folder, seeds, dtype in runs:
+        target = folder / "a.json"
+        record = json.loads(((before if folder is redesigned else folder) / "a.json").read_text())
+        record["settings"] = {"seeds": seeds, "text": [{"name": "m", "dtype": dtype}], "train": {"precision": "fp32"}}
+        target.write_text(json.dumps(record))
+    assert len(results_page.stability_rows(papers, ["a"], now, before)) == 3  # only the number formats differ
+    assert results_page.stability_rows(papers, ["a"], now, redesigned) == []  # other seeds: not an arithmetic check
     fp32 = json.loads((now / "a.json").read_text())
     fp32["arithmetic"] = {"cpu_bf16_units": [], "auto_dtype": "float32", "auto_precision": "fp32"}
     (now / "a.json").write_text(json.dumps(fp32))

@@ -149,11 +149,24 @@ def claim_rows(metrics: dict, origin: str = "paper") -> list[list[str]]:
 OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
 
 
+ARITHMETIC_KEYS = ("dtype", "precision")  # the settings that `auto` resolves: all a float32 re-run may change
+
+
+def _beyond_arithmetic(settings):
+    """``settings`` (a run's config, as metrics.json records it) without its number formats, for comparing runs."""
+    if isinstance(settings, dict):
+        return {k: _beyond_arithmetic(v) for k, v in settings.items() if k not in ARITHMETIC_KEYS}
+    if isinstance(settings, list):
+        return [_beyond_arithmetic(v) for v in settings]
+    return settings
+
+
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
     """One row per claim tested in both runs: chapter, claim, the float32 run's verdict, this run's, and whether
     they agree. A claim that one run has and the other lacks is left out (the rows say what both tested), and so
-    is a chapter whose run is of another config than the float32 run's, or whose run resolved ``auto`` to float32
-    too (a CPU without bfloat16 units): the two would differ in code and rule, not in arithmetic."""
+    is a chapter whose run is of another config than the float32 run's, whose settings differ from it in more than
+    the number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or whose run resolved ``auto`` to
+    float32 too (a CPU without bfloat16 units): the two would differ in design, not in arithmetic."""
     rows = []
     for chapter in chapters:
         if not (reference_dir / f"{chapter}.json").is_file():
@@ -163,6 +176,8 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
             continue  # a run of another config tests the claims on other data: no verdict to set beside it
         if (current.get("arithmetic") or {}).get("auto_dtype") == "float32":
             continue  # float32 beside float32: nothing about arithmetic to show
+        if _beyond_arithmetic(reference.get("settings")) != _beyond_arithmetic(current.get("settings")):
+            continue  # the experiment itself changed since the float32 run: its verdicts are not an arithmetic check
         before = {c["id"]: c for c in reference.get("claims", [])}
         for claim in current.get("claims", []):
             if claim["id"] in before:

@@ -5,7 +5,7 @@ See notebooks/viterb.py, section "More data: decoders against encoders as the tr
 from __future__ import annotations
 
 from chapters.viterb.config import Config
-from chapters.viterb.experiments import ChapterFeatures, RunSpec, recipe_key, seed_benchmark, train_and_score
+from chapters.viterb.experiments import ChapterFeatures, RunSpec, recipe_for, seed_benchmark, train_and_score
 from corpora.class_splits import ClassBenchmark
 from lib.core import curves
 from lib.core.results import Runs
@@ -38,7 +38,7 @@ def data_size_curve(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chap
     whole = round(sum(n_train.values()) / len(n_train))  # a seed that draws its own split has its own count
     for spec in curve_specs(cfg, min(n_train.values())):
         bench = seed_benchmark(cfg, benches, dataset, spec.seed)
-        curve.add(train_and_score(cfg, bench, feats, spec, train=chosen.get(recipe_key(spec.text))),
+        curve.add(train_and_score(cfg, bench, feats, spec, train=recipe_for(cfg, chosen, spec)),
                   curve_size=spec.train_images)
     for row in runs.where(study="main", dataset=dataset, kind=CURVE_KIND):
         if row["seed"] in seeds:  # the same seeds at every size

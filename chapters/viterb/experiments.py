@@ -222,27 +222,37 @@ def own_text_classes(cfg: Config, bench: ClassBenchmark) -> tuple[int, ...] | No
 _OWN_TEXT: dict[str, frozenset[int]] = {}
 
 
-def recipe_key(text: TextModelConfig) -> str:
-    """Which recipe a run takes: one per language model and pooling (:func:`choose_recipes`)."""
-    return f"{text.name}:{text.pooling}"
+def recipe_key(text: TextModelConfig, dataset: str) -> str:
+    """Which recipe a run takes: one per score dataset, language model and pooling (:func:`choose_recipes`)."""
+    return f"{dataset}:{text.name}:{text.pooling}"
+
+
+def recipe_for(cfg: Config, chosen: dict, spec: RunSpec) -> TrainSettings | None:
+    """The recipe of a run: its dataset's (a check dataset, which has no sweep, takes the first score dataset's)."""
+    own = chosen.get(recipe_key(spec.text, spec.dataset))
+    return own if own is not None else chosen.get(recipe_key(spec.text, cfg.score_datasets[0]))
 
 
 def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures):
-    """Each language model's recipe (every text model and pooling a run reads) chosen over ``cfg.sweep`` on the
-    held-out validation classes, on the first score dataset's class names, first seed, by the mean per-class
-    accuracy of their images among them (:func:`lib.core.recipes.choose`): features of different models
-    differ in scale, and one shared learning rate would favour the models it suits. Returns
-    ``{recipe_key: settings}`` and one row per candidate."""
-    dataset = cfg.score_datasets[0]
+    """Each language model's recipe (every text model and pooling a run reads) on each score dataset, chosen over
+    ``cfg.sweep`` on that dataset's held-out validation classes, on its class names, first seed, by the mean
+    per-class accuracy of their images among them (:func:`lib.core.recipes.choose`): features of different models
+    differ in scale, and one shared learning rate would favour the models it suits; and a recipe chosen on
+    11,416 training images (medium) need not suit 192 (emoji). Returns ``{recipe_key: settings}`` and one row per
+    candidate."""
+    chosen, record = {}, []
+    for dataset in cfg.score_datasets:
+        def score(text: TextModelConfig, settings: TrainSettings, dataset: str = dataset) -> float:
+            spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
+            bench = seed_benchmark(cfg, benches, dataset, spec.seed)
+            return train_and_score(cfg, bench, feats, spec, train=settings, score_val=True)["val_score"]
 
-    def score(text: TextModelConfig, settings: TrainSettings) -> float:
-        spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
-        bench = seed_benchmark(cfg, benches, dataset, spec.seed)
-        return train_and_score(cfg, bench, feats, spec, train=settings, score_val=True)["val_score"]
-
-    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]),
-                                         score, lambda text: {"model": label(cfg, text), "pooling": text.pooling})
-    return {recipe_key(text): recipe for text, recipe in chosen.items()}, record
+        found, rows = recipes.choose_each(
+            cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]), score,
+            lambda text, dataset=dataset: {"dataset": dataset, "model": label(cfg, text), "pooling": text.pooling})
+        chosen.update({recipe_key(text, dataset): recipe for text, recipe in found.items()})
+        record += rows
+    return chosen, record
 
 
 def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, spec: RunSpec,
@@ -264,10 +274,13 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
         source[seen] = seen[torch.randperm(len(seen), generator=torch.Generator().manual_seed(spec.seed))]
     labels = source[torch.tensor(bench.image_labels)]
     train_rows, val_rows = torch.tensor(bench.images("train")), torch.tensor(bench.images("val"))
-    recipe = settings = train or cfg.train
+    recipe = train or cfg.train
     subset = curves.nested_subset(len(train_rows), spec.train_images)
-    if subset is not None:  # a point of the data-size curve: validated once an epoch of the subset
-        train_rows, settings = train_rows[subset], curves.subset_settings(recipe, len(subset))
+    if subset is not None:  # a point of the data-size curve
+        train_rows = train_rows[subset]
+    # The budget rule: validate once an epoch of a small training set (emoji's 192 images at batch 256: every 5
+    # steps, not every 10 epochs), with as many steps of patience; a no-op on the medium corpus's 11,416.
+    settings = curves.subset_settings(recipe, len(train_rows))
     val_text = model.draw(labels[val_rows], torch.Generator().manual_seed(10_000 + spec.seed))
     result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
                  {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
@@ -289,10 +302,12 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
 
 
 def stuck_runs(cfg: Config, runs: Runs) -> list[dict]:
-    """Runs whose best validation step is their first evaluation (``eval_every``): a head that never improved
+    """Runs whose best validation step is their first evaluation (each run's own: the budget rule validates a
+    small training set more often than ``eval_every``): a head that never improved
     on what it knew after its first evaluation has not trained, and its score must not be reported as a
     language model's. The shuffled-text controls are left out (they are meant not to learn)."""
-    return [r for r in runs if r["study"] != "control" and stuck(r, min(cfg.train.eval_every, cfg.train.steps))]
+    default = min(cfg.train.eval_every, cfg.train.steps)  # a row without its own (each run records its first_eval)
+    return [r for r in runs if r["study"] != "control" and stuck(r, r.get("first_eval") or default)]
 
 
 def same_as_name(found: ClassTexts, bench: ClassBenchmark) -> float:
