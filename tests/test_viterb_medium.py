@@ -188,6 +188,7 @@ def test_the_committed_viterb_run_is_not_degenerate():
     claims = {c["id"]: c for c in metrics["claims"]}
     assert all(c["verdict"] in VERDICTS for c in claims.values())
     wiki = claims["wikipedia_beats_names"]
-    assert wiki["origin"] == "paper" and wiki["paper_pair"] == [40.1, 35.5] and wiki["comparison"]["pairs"] >= 5
+    assert wiki["origin"] == "paper" and wiki["comparison"]["pairs"] >= 5
+    assert wiki["paper_pair"] == pytest.approx([40.1, 35.5], abs=0.05)  # Table 1's column means (7 models)
     assert claims["reference_beats_names"]["origin"] == "book"
     assert all("score_own_text" in r for r in main), "every score-set run is read on the classes with an article"
