@@ -188,7 +188,8 @@ def unseen_score(method, image_features: torch.Tensor, text_features: torch.Tens
     labels = torch.tensor([position[bench.image_labels[i]] for i in test])
     groups = synonym_groups(bench, unseen)
     if among is not None:
-        keep_images = torch.tensor([bench.image_labels[i] in set(among) for i in test])
+        wanted = set(among)
+        keep_images = torch.tensor([bench.image_labels[i] in wanted for i in test])
         if not keep_images.any():
             return float("nan")
         logits, labels = logits[keep_images.to(logits.device)], labels[keep_images]
