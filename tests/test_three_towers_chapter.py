@@ -98,6 +98,30 @@ def test_medium_selects_on_validation_and_has_a_four_point_curve():
         ch.load_config("medium", {"curve_fractions": [0.0, 1.0]})
 
 
+def test_medium_claims_run_five_seeds_and_the_curve_its_first_three(monkeypatch):
+    from chapters.three_towers import experiments
+
+    cfg = ch.load_config("medium")
+    assert len(cfg.seeds) >= 5 and cfg.curve_run_seeds == cfg.seeds[:3]
+    assert ch.load_config("small").curve_run_seeds == ch.load_config("small").seeds  # None: every seed
+    with pytest.raises(ConfigError, match="curve_seeds"):
+        ch.load_config("medium", {"curve_seeds": 1})
+    trained = []
+
+    def fake_run(own, bench, data, variant, seed, train_pairs=None, settings=None):
+        trained.append((variant, seed, train_pairs))
+        return {"method": variant, "seed": seed, "train_pairs": train_pairs}, None, None
+
+    monkeypatch.setattr(experiments, "train_and_evaluate", fake_run)
+    total = 1000
+    whole = Runs([{"method": v, "seed": s, "train_pairs": total} for v in ("scratch", "lit", "3t") for s in cfg.seeds])
+    data = type("Data", (), {"train": {"pixels": torch.zeros(total, 1)}})()
+    curve = experiments.data_size_curve(cfg, None, data, whole)
+    assert {seed for _, seed, _ in trained} == set(cfg.seeds[:3])  # the smaller subsets: the curve's seeds only
+    assert len(trained) == 3 * 3 * (len(cfg.curve_fractions) - 1)  # the whole set is read from the main runs
+    assert {r["seed"] for r in curve} == set(cfg.seeds[:3])
+
+
 def test_medium_validates_on_held_out_training_pairs_the_same_for_every_seed():
     cfg = ch.load_config("medium")
     assert 0 < cfg.val_holdout < 0.5 and ch.load_config("small").val_holdout == 0
@@ -221,3 +245,30 @@ def test_a_group_claim_not_reproduced_carries_both_groups_gaps_and_the_curve():
     behind = Runs([{**r, f"{unseen}/acc1_not_covered": 0.0} if r["method"] == "lit" else r for r in whole])
     assert "+0.5 on the groups ImageNet-1k names, -0.5 on those it does not; LiT does not lead where" in \
         ch.group_diagnosis(behind, None, unseen)
+
+
+def test_the_committed_three_towers_run_is_not_degenerate():
+    """What the book shows (book/metrics/three_towers.json, in the config book/configs.yaml names): every run
+    trained, the three methods on at least five paired seeds, transfer above chance, a data-size curve with several
+    sizes and seeds, and a verdict with its interval for every claim."""
+    import json
+    from pathlib import Path
+
+    from lib.core.results import VERDICTS
+    from tools.run_notebooks import shown_configs
+
+    metrics = json.loads((Path(__file__).resolve().parents[1] / "book" / "metrics" / "three_towers.json").read_text())
+    assert metrics["config"] == shown_configs()["three_towers"]
+    findings, extra, seeds = metrics["findings"], metrics["extra"], metrics["settings"]["seeds"]
+    assert extra["stuck_runs"] == 0, "a run that kept its first evaluation has not trained"
+    main = [r for r in metrics["runs"] if r["method"] == r["variant"]]
+    assert {(r["method"], r["seed"]) for r in main} == {(m, s) for m in ("scratch", "lit", "3t") for s in seeds}
+    if metrics["config"] == "medium":
+        assert len(seeds) >= 5
+    for method in ("lit", "3t"):
+        assert findings[f"{method}/unseen_acc1"] > 3 * findings["chance_unseen"], method
+        assert findings[f"{method}/retrieval_r1"] > 3 * findings["chance_retrieval"], method
+    curve = extra["data_size_curve"]
+    assert len({r["train_pairs"] for r in curve}) >= 2 and len({r["seed"] for r in curve}) >= 2
+    assert metrics["claims"] and all(c["verdict"] in VERDICTS for c in metrics["claims"])
+    assert all(c["comparison"]["pairs"] == len(seeds) for c in metrics["claims"])  # paired over every seed

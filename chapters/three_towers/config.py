@@ -29,7 +29,8 @@ class Config:
     ``diagnosis_eval_every`` is the validation interval of the early-stopping diagnosis
     (:func:`early_stopping_settings`). ``medium`` instead validates every ``train.eval_every`` steps and keeps
     the lowest validation loss (its 11,416 drawings are not memorised in a few epochs; see the chapter).
-    ``curve_fractions``: the shares of the training pairs of the data-size curve (:func:`data_size_curve`).
+    ``curve_fractions``: the shares of the training pairs of the data-size curve (:func:`data_size_curve`), run on
+    the first ``curve_seeds`` seeds (all when None).
     ``val_holdout`` > 0 (``medium``): validate on that share of the training pairs, held out from training
     (:func:`held_out_rows`), instead of on the validation concept families (see :func:`inputs`).
     ``train_data``: the training pixels ``resident`` (decoded once, held as uint8: :mod:`lib.data.pixel_cache`) or
@@ -55,6 +56,7 @@ class Config:
     ablation_seeds: int = 1
     diagnosis_eval_every: int = 25
     curve_fractions: tuple[float, ...] = (1.0,)
+    curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
     val_holdout: float = 0.0
     train_data: Literal["resident", "streamed"] = "resident"
 
@@ -72,9 +74,15 @@ class Config:
         if self.diagnosis_eval_every < 1:
             raise ValueError(f"diagnosis_eval_every must be >= 1, got {self.diagnosis_eval_every}")
         curves.sizes(100, self.curve_fractions)  # each fraction in (0, 1], or one clear message
+        chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
         if not 0.0 <= self.val_holdout < 0.5:
             raise ValueError(f"val_holdout is the share of training pairs held out for validation, in [0, 0.5); "
                              f"got {self.val_holdout}")
+
+    @property
+    def curve_run_seeds(self) -> tuple[int, ...]:
+        """The seeds the data-size curve runs: the first ``curve_seeds`` of ``seeds`` (all when None)."""
+        return chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:

@@ -275,15 +275,15 @@ CURVE_METRIC = "retrieval/mean_recall@1"  # the curve's metric: the paper's retr
 
 def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs,
                     configs: dict[str, Config] | None = None) -> Runs:
-    """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, every seed, each method
-    with its recipe (``configs``, :func:`choose_recipes`): does 3T's lead (or lag) open, close or flip as the data
-    grow? Rows of ``runs`` at the whole set are reused. See notebooks/three_towers.py, section "More data"."""
+    """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, on the config's
+    ``curve_run_seeds``, each method with its recipe (``configs``, :func:`choose_recipes`): does 3T's lead (or lag)
+    open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused. See notebooks/three_towers.py, section "More data"."""
     curve, total = Runs(), len(data.train["pixels"])
     for size in curves.sizes(total, cfg.curve_fractions):  # early stopping: validated once an epoch of the subset
         for variant in tt.VARIANTS:
             own = (configs or {}).get(variant, cfg)
             settings = None if fixed_budget(own) else curves.subset_settings(own.train, size)
-            for seed in cfg.seeds:
+            for seed in cfg.curve_run_seeds:
                 done = [r for r in runs.where(method=variant, seed=seed) if r["train_pairs"] == size]
                 curve.add(done[0] if done else train_and_evaluate(own, bench, data, variant, seed, train_pairs=size,
                                                                   settings=settings)[0])
