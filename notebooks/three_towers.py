@@ -609,16 +609,17 @@ if curve is not None:
 else:
     notebook.glue("curve_summary", "not run in the quick mode", markdown=True)
 extra_runs = sum(r["train_pairs"] < len(data.train["pixels"]) for r in curve) if curve is not None else 0
-notebook.glue("shown_run", f"the **{config}** config, {len(runs) + len(ablation_runs) - min(len(ablation_runs), 1) + len(diagnosis) + extra_runs} "
-              f"training runs, {notebook.runtime(started)}", markdown=True)
+reported = len(runs) + len(ablation_runs) - min(len(ablation_runs), 1) + len(diagnosis) + extra_runs
+notebook.glue("shown_run", f"the **{config}** config, {reported} training runs reported and {len(recipe_rows)} of the "
+              f"learning-rate sweep, {notebook.runtime(started)}", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [findings_table(claims), ""]
 if fashion:
     box.append(f"- Fashion-MNIST photos (chance {fashion[0]['chance %']} %): " + "; ".join(
         f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion))
-box.append(f"- Stopping rule ({'a fixed budget' if three_towers.fixed_budget(cfg) else 'the lowest validation loss'} "
-           f"in this run; {len(stuck)} runs kept their first evaluation): lowest validation loss vs fixed budget, "
-           f"{diagnosis_text}")
+kept = "a fixed budget" if three_towers.fixed_budget(cfg) else f"the lowest loss on the {ours}"
+box.append(f"- Stopping rule ({kept} in this run; {len(stuck)} runs kept their first evaluation), against the lowest "
+           f"loss on the {other}: {diagnosis_text}")
 box += [":::"]
 notebook.glue("key_findings", "\n".join(box), markdown=True)
 path = write_metrics(output_dir, chapter="three_towers", config=config, settings=cfg, started=started, runs=runs,

@@ -277,7 +277,8 @@ def data_size_curve(cfg: Config, bench: Benchmark, data: Inputs, runs: Runs,
                     configs: dict[str, Config] | None = None) -> Runs:
     """Scratch, LiT and 3T at each share of the training pairs in ``cfg.curve_fractions``, on the config's
     ``curve_run_seeds``, each method with its recipe (``configs``, :func:`choose_recipes`): does 3T's lead (or lag)
-    open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused. See notebooks/three_towers.py, section "More data"."""
+    open, close or flip as the data grow? Rows of ``runs`` at the whole set are reused.
+    See notebooks/three_towers.py, section "More data"."""
     curve, total = Runs(), len(data.train["pixels"])
     for size in curves.sizes(total, cfg.curve_fractions):  # early stopping: validated once an epoch of the subset
         for variant in tt.VARIANTS:
