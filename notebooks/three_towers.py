@@ -617,8 +617,8 @@ box += [findings_table(claims), ""]
 if fashion:
     box.append(f"- Fashion-MNIST photos (chance {fashion[0]['chance %']} %): " + "; ".join(
         f"{r['method']} {r['top-1 %']} % (above chance: {r['above chance']})" for r in fashion))
-kept = "a fixed budget" if three_towers.fixed_budget(cfg) else f"the lowest loss on the {ours}"
-box.append(f"- Stopping rule ({kept} in this run; {len(stuck)} runs kept their first evaluation), against the lowest "
+stopping = "a fixed budget" if three_towers.fixed_budget(cfg) else f"the lowest loss on the {ours}"
+box.append(f"- Stopping rule ({stopping} in this run; {len(stuck)} runs kept their first evaluation), against the lowest "
            f"loss on the {other}: {diagnosis_text}")
 box += [":::"]
 notebook.glue("key_findings", "\n".join(box), markdown=True)
