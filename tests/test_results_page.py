@@ -142,7 +142,8 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     section = "\n".join(results_page.stability_section(papers, ["a"], now, before))
     assert ("Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, "
             "and 1 turn") in section
-    assert "resolved here to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
+    assert ("resolved in the runs compared here to bfloat16 features and bf16 training (the CPU's bfloat16 units: "
+            "amx_bf16)") in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
     other = tmp_path / "other"
     other.mkdir()
@@ -162,6 +163,21 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     fp32["arithmetic"] = {"cpu_bf16_units": [], "auto_dtype": "float32", "auto_precision": "fp32"}
     (now / "a.json").write_text(json.dumps(fp32))
     assert results_page.stability_rows(papers, ["a"], now, before) == []  # float32 beside float32: no arithmetic change
+
+
+def test_a_verdict_that_moves_shows_both_intervals_and_whether_they_overlap():
+    def claim(verdict, low, high):
+        return {"verdict": verdict, "scale": 100.0, "unit": " %",
+                "comparison": {"difference": (low + high) / 2, "low": low, "high": high, "paired": True}}
+
+    edge, across = claim("reproduced", 0.001, 0.009), claim("inconclusive", -0.001, 0.007)
+    assert results_page._interval_text(edge) == "✓ reproduced, +0.50 [+0.10, +0.90] points"
+    assert results_page._agreement(edge, edge) == "same"
+    assert results_page._agreement(edge, across) == "changed; the intervals overlap: on a boundary of the rule"
+    flipped = claim("not reproduced", -0.009, -0.002)
+    assert results_page._agreement(edge, flipped) == "**opposite**; the intervals do not overlap"
+    rank = {"verdict": "inconclusive", "comparison": {"rho": 0.2, "p": 0.4}}
+    assert results_page._interval_text(rank) == "? inconclusive"  # a rank correlation has no interval to show
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

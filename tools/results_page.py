@@ -8,10 +8,10 @@ The page is never edited by hand. Its two inputs are
 * ``book/metrics/<chapter>.json``: the ``metrics.json`` that each chapter's notebook wrote when
   ``make book`` executed it (``tools/run_notebooks.py`` copies it there beside the executed notebook).
 
-A third, optional input, ``book/metrics/float32/<chapter>.json``, holds the metrics of the same chapters run the
-day before the ``medium`` configs moved to ``dtype: auto`` / ``precision: auto`` (float32 throughout: the executed
-chapters' ``metrics.json`` of commit ff63210). The page's last section sets their verdicts beside this run's, so a
-reader sees which verdicts survive a change of arithmetic (:func:`stability_rows`).
+A third, optional input, ``book/metrics/float32/<chapter>.json``, holds the metrics of a chapter's run in float32
+throughout (papermill with ``overrides`` of the ``dtype`` / ``precision`` keys, otherwise the config the book shows).
+The page's last section sets their verdicts and intervals beside this run's, so a reader sees which verdicts survive
+a change of arithmetic (:func:`stability_rows`).
 
 ``python -m tools.results_page`` writes the page (``make book`` runs it before building the book);
 ``--metrics DIR`` reads ``DIR/<chapter>.json`` instead, and ``--check`` fails if the committed page
@@ -161,12 +161,37 @@ def _beyond_arithmetic(settings):
     return settings
 
 
+def _interval_text(claim: dict) -> str:
+    """A claim's verdict with the paired difference behind it, in the claim's unit: ``"✓ reproduced, +0.46
+    [+0.20, +0.72]"`` (the verdict alone where the comparison has no interval, e.g. a rank correlation)."""
+    cmp, scale = claim.get("comparison") or {}, claim.get("scale", 100.0)
+    if cmp.get("low") is None or cmp.get("difference") is None:
+        return VERDICT_MARK[claim["verdict"]]
+    points = " points" if (claim.get("unit") or "").strip() else ""
+    return (f"{VERDICT_MARK[claim['verdict']]}, {scale * cmp['difference']:+.2f} "
+            f"[{scale * cmp['low']:+.2f}, {scale * cmp['high']:+.2f}]{points}")
+
+
+def _agreement(old: dict, new: dict) -> str:
+    """``same``, or for a verdict that moved, whether the two intervals still overlap: a verdict can only move between
+    two overlapping intervals when one of them ends near a boundary of the rule (0 or the smallest effect), so the
+    overlap is what shows that the claim sits on that boundary rather than that the arithmetic changed the result."""
+    if old["verdict"] == new["verdict"]:
+        return "same"
+    kind = "**opposite**" if (old["verdict"], new["verdict"]) in OPPOSITE else "changed"
+    a, b = old.get("comparison") or {}, new.get("comparison") or {}
+    if None in (a.get("low"), a.get("high"), b.get("low"), b.get("high")):
+        return kind
+    overlap = max(a["low"], b["low"]) <= min(a["high"], b["high"])
+    return f"{kind}; the intervals {'overlap: on a boundary of the rule' if overlap else 'do not overlap'}"
+
+
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
-    """One row per claim tested in both runs: chapter, claim, the float32 run's verdict, this run's, and whether
-    they agree. A claim that one run has and the other lacks is left out (the rows say what both tested), and so
-    is a chapter whose run is of another config than the float32 run's, whose settings differ from it in more than
-    the number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or whose run resolved ``auto`` to
-    float32 too (a CPU without bfloat16 units): the two would differ in design, not in arithmetic."""
+    """One row per claim tested in both runs: chapter, claim, the float32 run's verdict and interval, this run's, and
+    whether they agree. A claim that one run has and the other lacks is left out (the rows say what both tested),
+    and so is a chapter whose run is of another config than the float32 run's, whose settings differ from it in more
+    than the number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or whose run resolved ``auto``
+    to float32 too (a CPU without bfloat16 units): the two would differ in design, not in arithmetic."""
     rows = []
     for chapter in chapters:
         if not (reference_dir / f"{chapter}.json").is_file():
@@ -181,10 +206,16 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
         before = {c["id"]: c for c in reference.get("claims", [])}
         for claim in current.get("claims", []):
             if claim["id"] in before:
-                old, new = before[claim["id"]]["verdict"], claim["verdict"]
-                same = "same" if old == new else ("**opposite**" if (old, new) in OPPOSITE else "changed")
-                rows.append([papers[chapter]["title"], claim["statement"], VERDICT_MARK[old], VERDICT_MARK[new], same])
+                old = before[claim["id"]]
+                rows.append([papers[chapter]["title"], claim["statement"], _interval_text(old), _interval_text(claim),
+                             _agreement(old, claim)])
     return rows
+
+
+def _paired(chapter: str, folder: Path) -> bool:
+    """Whether every claim of the chapter's run in ``folder`` was judged by the paired rule."""
+    return all((c.get("comparison") or {}).get("paired", False) or "rho" in (c.get("comparison") or {})
+               for c in load_metrics(chapter, folder).get("claims", []))
 
 
 def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[str]:
@@ -192,25 +223,30 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     rows = stability_rows(papers, chapters, metrics_dir, reference_dir)
     if not rows:
         return []
-    arithmetic = {json.dumps(load_metrics(c, metrics_dir).get("arithmetic"), sort_keys=True) for c in chapters}
+    shown = sorted({row[0] for row in rows})
+    compared = [c for c in chapters if papers[c]["title"] in shown]
+    arithmetic = {json.dumps(load_metrics(c, metrics_dir).get("arithmetic"), sort_keys=True) for c in compared}
     resolved = json.loads(arithmetic.pop()) if len(arithmetic) == 1 else None
-    here = (f"resolved here to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
-            f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})"
-            if resolved else "resolved per chapter")
-    counts = {kind: sum(row[-1] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
+    here = (f"resolved in the runs compared here to {resolved['auto_dtype']} features and "
+            f"{resolved['auto_precision']} training (the CPU's bfloat16 units: "
+            f"{', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "resolved per chapter")
+    rule = ("Both runs are judged by the same paired rule." if all(_paired(c, reference_dir) for c in compared) else
+            "Some float32 runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
+            "spread), so for them this table compares two rules as well as two arithmetics.")
+    counts = {kind: sum(row[-1].split(";")[0] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
     return [
         "## Do the verdicts survive a change of arithmetic?",
         "",
-        f"The `medium` configs compute in `dtype: auto` and `precision: auto`, {here}. The same configs ran the day",
-        "before in float32 throughout (the chapters' metrics of that run are kept in `book/metrics/float32/`). Same",
-        "data, seeds and rule; only the arithmetic differs, which moves every number by a little. A verdict that",
-        "changes with it sits at the edge of what the runs can decide and should be read as fragile. The float32",
-        "run was judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed spread); until it",
-        "is re-run under the paired rule, this table compares two rules as well as two arithmetics.",
+        f"The `medium` configs compute in `dtype: auto` and `precision: auto`, {here}. The chapters below were also",
+        "run in float32 throughout, with the same data, seeds and splits (their metrics are kept in",
+        "`book/metrics/float32/`); a chapter whose float32 run differs from this one in anything but the number",
+        f"formats is left out. Shown: {', '.join(shown)}. {rule} Only the arithmetic differs, which moves every",
+        "number by a little; a verdict that changes with it sits at the edge of what the runs can decide, and the two",
+        "intervals show by how much.",
         f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} change between a "
         f"verdict and another that is not its opposite, and {counts['**opposite**']} turn to the opposite verdict.",
         "",
-        "| chapter | the paper's claim | float32 run | this run | |",
+        "| chapter | the claim | float32 run: verdict, A − B [95 %] | this run | |",
         "|---|---|---|---|---|",
         *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows],
         "",
