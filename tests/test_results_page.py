@@ -127,42 +127,50 @@ def test_every_paper_number_carries_a_table_or_section_reference(chapter):
 def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path):
     now, before = tmp_path / "now", tmp_path / "before"
     now.mkdir(), before.mkdir()
+    on_bf16 = {"cpu_bf16_units": ["amx_bf16"], "auto_dtype": "bfloat16", "auto_precision": "bf16"}
+    on_fp32 = {"cpu_bf16_units": [], "auto_dtype": "float32", "auto_precision": "fp32"}
 
-    def claims(path, verdicts):
-        path.write_text(json.dumps({"claims": [{"id": k, "statement": f"claim {k}", "verdict": v}
-                                               for k, v in verdicts.items()],
-                                    "arithmetic": {"cpu_bf16_units": ["amx_bf16"], "auto_dtype": "bfloat16",
-                                                   "auto_precision": "bf16"}}))
+    def run(path, verdicts, dtype="auto", seeds=(0, 1, 2), arithmetic=on_bf16, config="medium"):
+        precision = {"auto": "auto", "float32": "fp32"}[dtype]
+        path.write_text(json.dumps({
+            "config": config, "arithmetic": arithmetic,
+            "settings": {"seeds": list(seeds), "text": [{"name": "m", "dtype": dtype}],
+                         "train": {"precision": precision}},
+            "claims": [{"id": k, "statement": f"claim {k}", "verdict": v} for k, v in verdicts.items()]}))
 
-    claims(now / "a.json", {"x": "reproduced", "y": "inconclusive", "z": "not reproduced", "new": "reproduced"})
-    claims(before / "a.json", {"x": "reproduced", "y": "reproduced", "z": "reproduced", "gone": "inconclusive"})
+    shown = {"x": "reproduced", "y": "inconclusive", "z": "not reproduced", "new": "reproduced"}
+    kept = {"x": "reproduced", "y": "reproduced", "z": "reproduced", "gone": "inconclusive"}
+    run(now / "a.json", shown)
+    run(before / "a.json", kept, dtype="float32")
     papers = {"a": {"title": "Chapter A"}}
     rows = results_page.stability_rows(papers, ["a"], now, before)
     assert [(r[1], r[-1]) for r in rows] == [("claim x", "same"), ("claim y", "changed"), ("claim z", "**opposite**")]
+    assert [r[2] for r in rows] == ["✓ reproduced"] * 3  # the float32 run's column holds the float32 verdicts
     section = "\n".join(results_page.stability_section(papers, ["a"], now, before))
     assert ("Of 3 claims, **1 keep their verdict**, 1 change between a verdict and another that is not its opposite, "
             "and 1 turn") in section
-    assert ("resolved in the runs compared here to bfloat16 features and bf16 training (the CPU's bfloat16 units: "
-            "amx_bf16)") in section
+    assert "resolved to bfloat16 features and bf16 training (the CPU's bfloat16 units: amx_bf16)" in section
+    assert "the book shows the bfloat16 run of Chapter A" in section
     assert results_page.stability_section(papers, ["a"], now, tmp_path / "absent") == []
     other = tmp_path / "other"
     other.mkdir()
-    (other / "a.json").write_text(json.dumps({**json.loads((before / "a.json").read_text()), "config": "medium"}))
+    run(other / "a.json", kept, dtype="float32", config="small")
     assert results_page.stability_rows(papers, ["a"], now, other) == []  # another config: nothing to compare
     redesigned = tmp_path / "redesigned"
     redesigned.mkdir()
-    runs = ((now, [0, 1, 2], "bfloat16"), (before, [0, 1, 2], "float32"), (redesigned, [0, 1], "float32"))
-    for folder, seeds, dtype in runs:
-        target = folder / "a.json"
-        record = json.loads(((before if folder is redesigned else folder) / "a.json").read_text())
-        record["settings"] = {"seeds": seeds, "text": [{"name": "m", "dtype": dtype}], "train": {"precision": "fp32"}}
-        target.write_text(json.dumps(record))
-    assert len(results_page.stability_rows(papers, ["a"], now, before)) == 3  # only the number formats differ
+    run(redesigned / "a.json", kept, dtype="float32", seeds=(0, 1))
     assert results_page.stability_rows(papers, ["a"], now, redesigned) == []  # other seeds: not an arithmetic check
-    fp32 = json.loads((now / "a.json").read_text())
-    fp32["arithmetic"] = {"cpu_bf16_units": [], "auto_dtype": "float32", "auto_precision": "fp32"}
-    (now / "a.json").write_text(json.dumps(fp32))
-    assert results_page.stability_rows(papers, ["a"], now, before) == []  # float32 beside float32: no arithmetic change
+    # A shown run whose `auto` meant float32 (a CPU without bfloat16 units) pairs with a bfloat16 run of it instead,
+    # and is the float32 column; beside an explicit float32 run it has nothing to compare.
+    cpu_without, bf16 = tmp_path / "cpu_without", tmp_path / "bf16"
+    cpu_without.mkdir(), bf16.mkdir()
+    run(cpu_without / "a.json", kept, arithmetic=on_fp32)
+    assert results_page.stability_rows(papers, ["a"], cpu_without, before) == []
+    run(bf16 / "a.json", shown)
+    rows = results_page.stability_rows(papers, ["a"], cpu_without, [before, bf16])
+    assert [r[2] for r in rows] == ["✓ reproduced"] * 3 and rows[1][3] == "? inconclusive"
+    section = "\n".join(results_page.stability_section(papers, ["a"], cpu_without, [before, bf16]))
+    assert "the book shows the float32 run of Chapter A" in section
 
 
 def test_a_verdict_that_moves_shows_both_intervals_and_whether_they_overlap():

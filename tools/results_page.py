@@ -8,10 +8,11 @@ The page is never edited by hand. Its two inputs are
 * ``book/metrics/<chapter>.json``: the ``metrics.json`` that each chapter's notebook wrote when
   ``make book`` executed it (``tools/run_notebooks.py`` copies it there beside the executed notebook).
 
-A third, optional input, ``book/metrics/float32/<chapter>.json``, holds the metrics of a chapter's run in float32
-throughout (papermill with ``overrides`` of the ``dtype`` / ``precision`` keys, otherwise the config the book shows).
-The page's last section sets their verdicts and intervals beside this run's, so a reader sees which verdicts survive
-a change of arithmetic (:func:`stability_rows`).
+A third, optional input, ``book/metrics/float32/<chapter>.json`` or ``book/metrics/bfloat16/<chapter>.json``, holds
+the metrics of the chapter's shown config run in the other arithmetic: float32 throughout (papermill with
+``overrides`` of the ``dtype`` / ``precision`` keys) beside a run whose ``auto`` meant bfloat16, or a run on a CPU
+with bfloat16 units beside one whose ``auto`` meant float32. The page's last section sets the two runs' verdicts and
+intervals side by side, so a reader sees which verdicts survive a change of arithmetic (:func:`stability_rows`).
 
 ``python -m tools.results_page`` writes the page (``make book`` runs it before building the book);
 ``--metrics DIR`` reads ``DIR/<chapter>.json`` instead, and ``--check`` fails if the committed page
@@ -33,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "book" / "papers.yaml"
 METRICS = ROOT / "book" / "metrics"
-REFERENCE_RUN = METRICS / "float32"  # the float32 run of the same configs (module docstring)
+REFERENCE_RUNS = (METRICS / "float32", METRICS / "bfloat16")  # the same configs in the other arithmetic (docstring)
 PAGE = ROOT / "book" / "results.md"
 FIGURE = ROOT / "book" / "figures" / "claims-differences-with-intervals.png"
 
@@ -186,25 +187,58 @@ def _agreement(old: dict, new: dict) -> str:
     return f"{kind}; the intervals {'overlap: on a boundary of the rule' if overlap else 'do not overlap'}"
 
 
-def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[list[str]]:
-    """One row per claim tested in both runs: chapter, claim, the float32 run's verdict and interval, this run's, and
-    whether they agree. A claim that one run has and the other lacks is left out (the rows say what both tested),
-    and so is a chapter whose run is of another config than the float32 run's, whose settings differ from it in more
-    than the number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or whose run resolved ``auto``
-    to float32 too (a CPU without bfloat16 units): the two would differ in design, not in arithmetic."""
-    rows = []
+def arithmetic_of(metrics: dict) -> str:
+    """``"float32"`` or ``"bfloat16"``: what a run computed in. A setting of ``auto`` is what the machine resolved it
+    to (``metrics["arithmetic"]``); explicit float32 settings (a papermill ``overrides`` run) are float32."""
+    def values(settings):
+        if isinstance(settings, dict):
+            for key, value in settings.items():
+                if key in ARITHMETIC_KEYS and isinstance(value, str):
+                    yield value
+                else:
+                    yield from values(value)
+        elif isinstance(settings, list):
+            for value in settings:
+                yield from values(value)
+
+    resolved = metrics.get("arithmetic") or {}
+    names = {"auto": resolved.get("auto_dtype", "float32"), "bf16": "bfloat16", "fp32": "float32"}
+    found = {names.get(v, v) for v in values(metrics.get("settings"))}
+    return "bfloat16" if "bfloat16" in found else "float32"
+
+
+def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> dict[str, tuple[dict, dict]]:
+    """Per chapter, its shown run and a kept run of the same experiment in the other arithmetic, as ``(float32 run,
+    bfloat16 run)``. A kept run of another config, or whose settings differ from the shown run's in more than the
+    number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or in the same arithmetic (``auto``
+    resolved to float32 on a CPU without bfloat16 units) is no arithmetic check, and is passed over."""
+    folders = [reference_dirs] if isinstance(reference_dirs, Path) else list(reference_dirs)
+    pairs = {}
     for chapter in chapters:
-        if not (reference_dir / f"{chapter}.json").is_file():
-            continue
-        reference, current = load_metrics(chapter, reference_dir), load_metrics(chapter, metrics_dir)
-        if reference.get("config") != current.get("config"):
-            continue  # a run of another config tests the claims on other data: no verdict to set beside it
-        if (current.get("arithmetic") or {}).get("auto_dtype") == "float32":
-            continue  # float32 beside float32: nothing about arithmetic to show
-        if _beyond_arithmetic(reference.get("settings")) != _beyond_arithmetic(current.get("settings")):
-            continue  # the experiment itself changed since the float32 run: its verdicts are not an arithmetic check
-        before = {c["id"]: c for c in reference.get("claims", [])}
-        for claim in current.get("claims", []):
+        current = load_metrics(chapter, metrics_dir)
+        for folder in folders:
+            if not (folder / f"{chapter}.json").is_file():
+                continue
+            kept = load_metrics(chapter, folder)
+            if kept.get("config") != current.get("config"):
+                continue  # a run of another config tests the claims on other data: no verdict to set beside it
+            if _beyond_arithmetic(kept.get("settings")) != _beyond_arithmetic(current.get("settings")):
+                continue  # the experiment itself changed since that run: its verdicts are not an arithmetic check
+            if arithmetic_of(kept) == arithmetic_of(current):
+                continue  # float32 beside float32: nothing about arithmetic to show
+            pairs[chapter] = (current, kept) if arithmetic_of(current) == "float32" else (kept, current)
+            break
+    return pairs
+
+
+def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[list[str]]:
+    """One row per claim tested in both runs of :func:`arithmetic_pairs`: chapter, claim, the float32 run's verdict
+    and interval, the bfloat16 run's, and whether they agree. A claim that one run has and the other lacks is left
+    out: the rows say what both tested."""
+    rows = []
+    for chapter, (f32, bf16) in arithmetic_pairs(chapters, metrics_dir, reference_dirs).items():
+        before = {c["id"]: c for c in f32.get("claims", [])}
+        for claim in bf16.get("claims", []):
             if claim["id"] in before:
                 old = before[claim["id"]]
                 rows.append([papers[chapter]["title"], claim["statement"], _interval_text(old), _interval_text(claim),
@@ -212,41 +246,44 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
     return rows
 
 
-def _paired(chapter: str, folder: Path) -> bool:
-    """Whether every claim of the chapter's run in ``folder`` was judged by the paired rule."""
+def _paired(metrics: dict) -> bool:
+    """Whether every claim of a run was judged by the paired rule."""
     return all((c.get("comparison") or {}).get("paired", False) or "rho" in (c.get("comparison") or {})
-               for c in load_metrics(chapter, folder).get("claims", []))
+               for c in metrics.get("claims", []))
 
 
-def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dir: Path) -> list[str]:
+def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[str]:
     """The page's last section: :func:`stability_rows` as a table, with the counts in a sentence."""
-    rows = stability_rows(papers, chapters, metrics_dir, reference_dir)
+    rows = stability_rows(papers, chapters, metrics_dir, reference_dirs)
     if not rows:
         return []
-    shown = sorted({row[0] for row in rows})
-    compared = [c for c in chapters if papers[c]["title"] in shown]
-    arithmetic = {json.dumps(load_metrics(c, metrics_dir).get("arithmetic"), sort_keys=True) for c in compared}
-    resolved = json.loads(arithmetic.pop()) if len(arithmetic) == 1 else None
-    here = (f"resolved in the runs compared here to {resolved['auto_dtype']} features and "
-            f"{resolved['auto_precision']} training (the CPU's bfloat16 units: "
-            f"{', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "resolved per chapter")
-    rule = ("Both runs are judged by the same paired rule." if all(_paired(c, reference_dir) for c in compared) else
-            "Some float32 runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
+    pairs = arithmetic_pairs(chapters, metrics_dir, reference_dirs)
+    units = {json.dumps(bf16.get("arithmetic"), sort_keys=True) for _, bf16 in pairs.values()}
+    resolved = json.loads(units.pop()) if len(units) == 1 else None
+    where = (f"resolved to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
+             f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "bfloat16")
+    shown = {"float32": [], "bfloat16": []}
+    for chapter in pairs:
+        shown[arithmetic_of(load_metrics(chapter, metrics_dir))].append(papers[chapter]["title"])
+    which = "; ".join(f"the book shows the {kind} run of {', '.join(names)}" for kind, names in shown.items() if names)
+    rule = ("Both runs are judged by the same paired rule." if all(_paired(r) for pair in pairs.values() for r in pair)
+            else "Some runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
             "spread), so for them this table compares two rules as well as two arithmetics.")
     counts = {kind: sum(row[-1].split(";")[0] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
     return [
         "## Do the verdicts survive a change of arithmetic?",
         "",
-        f"The `medium` configs compute in `dtype: auto` and `precision: auto`, {here}. The chapters below were also",
-        "run in float32 throughout, with the same data, seeds and splits (their metrics are kept in",
-        "`book/metrics/float32/`); a chapter whose float32 run differs from this one in anything but the number",
-        f"formats is left out. Shown: {', '.join(shown)}. {rule} Only the arithmetic differs, which moves every",
-        "number by a little; a verdict that changes with it sits at the edge of what the runs can decide, and the two",
-        "intervals show by how much.",
+        "The `medium` configs compute in `dtype: auto` and `precision: auto`: bfloat16 where the CPU has bfloat16",
+        "units, float32 elsewhere. Each chapter below ran twice with the same data, seeds and splits, once in float32",
+        f"throughout and once in `auto` {where}; {which} (the other run's metrics are kept in",
+        "`book/metrics/float32/` or `book/metrics/bfloat16/`). A chapter whose two runs differ in anything but the",
+        f"number formats is left out. {rule} Only the arithmetic differs, which moves every number by a little; a",
+        "verdict that changes with it sits at the edge of what the runs can decide, and the two intervals show by how",
+        "much.",
         f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} change between a "
         f"verdict and another that is not its opposite, and {counts['**opposite**']} turn to the opposite verdict.",
         "",
-        "| chapter | the claim | float32 run: verdict, A − B [95 %] | this run | |",
+        "| chapter | the claim | float32 run: verdict, A − B [95 %] | bfloat16 run | |",
         "|---|---|---|---|---|",
         *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows],
         "",
@@ -254,7 +291,7 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
 
 
 def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None,
-           reference_dir: Path = REFERENCE_RUN) -> str:
+           reference_dirs=REFERENCE_RUNS) -> str:
     from lib.core.results import RULE
 
     papers = load_papers() if papers is None else papers
@@ -317,7 +354,7 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in chapter_rows(chapter, info, metrics)]
         lines.append("")
-    lines += stability_section(papers, chapters, metrics_dir, reference_dir)
+    lines += stability_section(papers, chapters, metrics_dir, reference_dirs)
     return "\n".join(lines)
 
 
