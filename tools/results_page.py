@@ -246,6 +246,11 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
     return rows
 
 
+def _and(names: list[str]) -> str:
+    """``"A"``, ``"A and B"``, ``"A, B and C"``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
+
+
 def _paired(metrics: dict) -> bool:
     """Whether every claim of a run was judged by the paired rule."""
     return all((c.get("comparison") or {}).get("paired", False) or "rho" in (c.get("comparison") or {})
@@ -265,7 +270,7 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     shown = {"float32": [], "bfloat16": []}
     for chapter in pairs:
         shown[arithmetic_of(load_metrics(chapter, metrics_dir))].append(papers[chapter]["title"])
-    which = "; ".join(f"the book shows the {kind} run of {', '.join(names)}" for kind, names in shown.items() if names)
+    which = "; ".join(f"the book shows the {kind} run of {_and(names)}" for kind, names in shown.items() if names)
     rule = ("Both runs are judged by the same paired rule." if all(_paired(r) for pair in pairs.values() for r in pair)
             else "Some runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
             "spread), so for them this table compares two rules as well as two arithmetics.")
