@@ -203,3 +203,16 @@ def test_every_claim_says_whether_the_paper_or_the_book_makes_it(chapter):
         assert any(c in quoted for c in cited), (
             f"{chapter}: paper claim {claim['id']} cites {cited}, none of which book/papers.yaml quotes for {chapter}")
         assert claim.get("paper_value"), f"{chapter}: paper claim {claim['id']} has no paper number beside it"
+
+
+def test_a_run_computes_in_what_its_settings_and_machine_resolve():
+    bf16_cpu = {"auto_dtype": "bfloat16", "auto_precision": "bf16", "cpu_bf16_units": ["avx512_bf16"]}
+    overridden = {"vision": {"dtype": "float32"}, "text": [{"dtype": "float32"}], "train": {"precision": "fp32"}}
+    shown = {"vision": {"dtype": "auto"}, "text": [{"dtype": "auto"}], "train": {"precision": "auto"}}
+    assert results_page.arithmetic_of({"settings": overridden, "arithmetic": bf16_cpu}) == "float32"
+    assert results_page.arithmetic_of({"settings": shown, "arithmetic": bf16_cpu}) == "bfloat16"
+    without = {"auto_dtype": "float32", "auto_precision": "fp32", "cpu_bf16_units": []}
+    assert results_page.arithmetic_of({"settings": shown, "arithmetic": without}) == "float32"
+    # Three Towers' third tower is float32 by its config; only its training's `auto` precision moves.
+    towers = {"third": {"dtype": "float32"}, "train": {"precision": "auto"}}
+    assert results_page.arithmetic_of({"settings": towers, "arithmetic": bf16_cpu}) == "bfloat16"
