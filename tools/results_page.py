@@ -270,7 +270,8 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     shown = {"float32": [], "bfloat16": []}
     for chapter in pairs:
         shown[arithmetic_of(load_metrics(chapter, metrics_dir))].append(papers[chapter]["title"])
-    which = "; ".join(f"the book shows the {kind} run of {_and(names)}" for kind, names in shown.items() if names)
+    which = "the book shows " + " and ".join(f"the {kind} run of {_and(names)}" for kind, names in shown.items()
+                                             if names)
     rule = ("Both runs are judged by the same paired rule." if all(_paired(r) for pair in pairs.values() for r in pair)
             else "Some runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
             "spread), so for them this table compares two rules as well as two arithmetics.")
