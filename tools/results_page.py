@@ -225,7 +225,7 @@ def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> 
             if _beyond_arithmetic(kept.get("settings")) != _beyond_arithmetic(current.get("settings")):
                 continue  # the experiment itself changed since that run: its verdicts are not an arithmetic check
             if arithmetic_of(kept) == arithmetic_of(current):
-                continue  # float32 beside float32: nothing about arithmetic to show
+                continue  # the same arithmetic twice (float32 beside float32): nothing to show
             pairs[chapter] = (current, kept) if arithmetic_of(current) == "float32" else (kept, current)
             break
     return pairs
