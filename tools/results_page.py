@@ -28,6 +28,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -189,33 +190,42 @@ def _agreement(old: dict, new: dict) -> str:
 
 def arithmetic_of(metrics: dict) -> str:
     """``"float32"`` or ``"bfloat16"``: what a run computed in. A setting of ``auto`` is what the machine resolved it
-    to (``metrics["arithmetic"]``); explicit float32 settings (a papermill ``overrides`` run) are float32."""
-    def values(settings):
+    to (``metrics["arithmetic"]``: ``auto_dtype`` for a ``dtype``, ``auto_precision`` for a ``precision``); explicit
+    float32 settings (a papermill ``overrides`` run) are float32."""
+    resolved = metrics.get("arithmetic") or {}
+    auto = {"dtype": resolved.get("auto_dtype", "float32"), "precision": resolved.get("auto_precision", "fp32")}
+
+    def formats(settings):
         if isinstance(settings, dict):
             for key, value in settings.items():
                 if key in ARITHMETIC_KEYS and isinstance(value, str):
-                    yield value
+                    yield auto[key] if value == "auto" else value
                 else:
-                    yield from values(value)
+                    yield from formats(value)
         elif isinstance(settings, list):
             for value in settings:
-                yield from values(value)
+                yield from formats(value)
 
-    resolved = metrics.get("arithmetic") or {}
-    names = {"auto": resolved.get("auto_dtype", "float32"), "bf16": "bfloat16", "fp32": "float32"}
-    found = {names.get(v, v) for v in values(metrics.get("settings"))}
-    return "bfloat16" if "bfloat16" in found else "float32"
+    return "bfloat16" if {"bfloat16", "bf16"} & set(formats(metrics.get("settings"))) else "float32"
 
 
-def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> dict[str, tuple[dict, dict]]:
-    """Per chapter, its shown run and a kept run of the same experiment in the other arithmetic, as ``(float32 run,
-    bfloat16 run)``. A kept run of another config, or whose settings differ from the shown run's in more than the
-    number formats (other seeds, models, splits: :func:`_beyond_arithmetic`), or in the same arithmetic (``auto``
-    resolved to float32 on a CPU without bfloat16 units) is no arithmetic check, and is passed over."""
+class ArithmeticPair(NamedTuple):
+    """A chapter's two runs of one experiment, by arithmetic, and which of them the book shows."""
+    float32: dict
+    bfloat16: dict
+    shown: str
+
+
+def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> dict[str, ArithmeticPair]:
+    """Per chapter, its shown run and a kept run of the same experiment in the other arithmetic. A kept run of
+    another config, or whose settings differ from the shown run's in more than the number formats (other seeds,
+    models, splits: :func:`_beyond_arithmetic`), or in the same arithmetic (``auto`` resolved to float32 on a CPU
+    without bfloat16 units) is no arithmetic check, and is passed over."""
     folders = [reference_dirs] if isinstance(reference_dirs, Path) else list(reference_dirs)
     pairs = {}
     for chapter in chapters:
         current = load_metrics(chapter, metrics_dir)
+        shown = arithmetic_of(current)
         for folder in folders:
             if not (folder / f"{chapter}.json").is_file():
                 continue
@@ -224,26 +234,31 @@ def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> 
                 continue  # a run of another config tests the claims on other data: no verdict to set beside it
             if _beyond_arithmetic(kept.get("settings")) != _beyond_arithmetic(current.get("settings")):
                 continue  # the experiment itself changed since that run: its verdicts are not an arithmetic check
-            if arithmetic_of(kept) == arithmetic_of(current):
+            if arithmetic_of(kept) == shown:
                 continue  # the same arithmetic twice (float32 beside float32): nothing to show
-            pairs[chapter] = (current, kept) if arithmetic_of(current) == "float32" else (kept, current)
+            f32, bf16 = (current, kept) if shown == "float32" else (kept, current)
+            pairs[chapter] = ArithmeticPair(f32, bf16, shown)
             break
     return pairs
+
+
+def _pair_rows(papers: dict, pairs: dict[str, ArithmeticPair]) -> list[list[str]]:
+    rows = []
+    for chapter, pair in pairs.items():
+        before = {c["id"]: c for c in pair.float32.get("claims", [])}
+        for claim in pair.bfloat16.get("claims", []):
+            if claim["id"] in before:
+                old = before[claim["id"]]
+                rows.append([papers[chapter]["title"], claim["statement"], _interval_text(old), _interval_text(claim),
+                             _agreement(old, claim)])
+    return rows
 
 
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[list[str]]:
     """One row per claim tested in both runs of :func:`arithmetic_pairs`: chapter, claim, the float32 run's verdict
     and interval, the bfloat16 run's, and whether they agree. A claim that one run has and the other lacks is left
     out: the rows say what both tested."""
-    rows = []
-    for chapter, (f32, bf16) in arithmetic_pairs(chapters, metrics_dir, reference_dirs).items():
-        before = {c["id"]: c for c in f32.get("claims", [])}
-        for claim in bf16.get("claims", []):
-            if claim["id"] in before:
-                old = before[claim["id"]]
-                rows.append([papers[chapter]["title"], claim["statement"], _interval_text(old), _interval_text(claim),
-                             _agreement(old, claim)])
-    return rows
+    return _pair_rows(papers, arithmetic_pairs(chapters, metrics_dir, reference_dirs))
 
 
 def _and(names: list[str]) -> str:
@@ -259,20 +274,21 @@ def _paired(metrics: dict) -> bool:
 
 def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[str]:
     """The page's last section: :func:`stability_rows` as a table, with the counts in a sentence."""
-    rows = stability_rows(papers, chapters, metrics_dir, reference_dirs)
+    pairs = arithmetic_pairs(chapters, metrics_dir, reference_dirs)
+    rows = _pair_rows(papers, pairs)
     if not rows:
         return []
-    pairs = arithmetic_pairs(chapters, metrics_dir, reference_dirs)
-    units = {json.dumps(bf16.get("arithmetic"), sort_keys=True) for _, bf16 in pairs.values()}
+    units = {json.dumps(pair.bfloat16.get("arithmetic"), sort_keys=True) for pair in pairs.values()}
     resolved = json.loads(units.pop()) if len(units) == 1 else None
     where = (f"resolved to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
              f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "bfloat16")
     shown = {"float32": [], "bfloat16": []}
-    for chapter in pairs:
-        shown[arithmetic_of(load_metrics(chapter, metrics_dir))].append(papers[chapter]["title"])
+    for chapter, pair in pairs.items():
+        shown[pair.shown].append(papers[chapter]["title"])
     which = "the book shows " + " and ".join(f"the {kind} run of {_and(names)}" for kind, names in shown.items()
                                              if names)
-    rule = ("Both runs are judged by the same paired rule." if all(_paired(r) for pair in pairs.values() for r in pair)
+    rule = ("Both runs are judged by the same paired rule." if all(_paired(pair.float32) and _paired(pair.bfloat16)
+                                                                   for pair in pairs.values())
             else "Some runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
             "spread), so for them this table compares two rules as well as two arithmetics.")
     counts = {kind: sum(row[-1].split(";")[0] == kind for row in rows) for kind in ("same", "changed", "**opposite**")}
