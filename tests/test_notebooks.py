@@ -7,12 +7,11 @@ feature) and against the values recorded when this test was written, within stat
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import jupytext
 import pytest
-from conftest import chapter_metrics, run_chapter
+from conftest import chapter_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
@@ -81,17 +80,36 @@ def test_sharelock_small_config_metrics(sharelock_run):
 
 @pytest.mark.slow
 def test_sharelock_second_run_computes_no_feature(sharelock_run):
-    # The module fixture ran after (at least) one earlier run in this checkout or in this session's
-    # nbval pass; either way its features must all come from the store on a rerun.
-    rerun = run_chapter("sharelock", Path(os.environ.get("TMPDIR", "/tmp")) / "sharelock-rerun", quick=True)
-    assert rerun["features"]["shards_computed"] == 0
-    assert rerun["features"]["shards_reused"] > 0
-    # Reproducibility: the main pair at the first seed gives bit-identical metrics in both runs
-    # (everything but the wall-clock time), and each result records the library versions.
-    first, second = dict(sharelock_run["runs"][0]), dict(rerun["runs"][0])
+    """A second run reads every feature from the store and retrains the first head bit for bit.
+
+    The notebook's feature cell is ``features.materialise(store, sharelock.feature_plan(cfg, bench))`` and its first
+    run is ``sharelock.train_and_evaluate`` of the main pair at the first seed with the recipe its sweep chose
+    (recorded in the metrics); both are called here as the notebook calls them, in this worker (one torch thread, as
+    nbval's kernel), instead of a second papermill run of the chapter, whose sweep alone took a minute of CI."""
+    import dataclasses
+
+    from chapters import sharelock
+    from chapters.metrics import json_safe
+    from lib.core import features, paths
+    from lib.core.store import FeatureStore
+
+    cfg = sharelock.load_config("small", {"seeds": sharelock_run["settings"]["seeds"]})
+    bench = sharelock.benchmark(cfg)
+    found = features.materialise(FeatureStore(paths.store_dir(), verify=cfg.store.verify),
+                                 sharelock.feature_plan(cfg, bench), device=cfg.device)
+    computed, reused = found.counts()
+    assert computed == 0 and reused == sharelock_run["features"]["shards_computed"] + sharelock_run["features"][
+        "shards_reused"], "every shard of the plan must come from the store on a second run"
+    # Reproducibility: the main pair at the first seed gives bit-identical metrics (all but the wall-clock time).
+    text, vision = cfg.text[0], cfg.vision[0]
+    recipe = sharelock_run["extra"]["recipes"][sharelock.recipe_key(text, vision, "mlp")]
+    first = dict(sharelock_run["runs"][0])
+    row, _, _ = sharelock.train_and_evaluate(cfg, bench, sharelock.ChapterFeatures(found), text, vision, "mlp",
+                                             first["seed"], train=dataclasses.replace(cfg.train, **recipe))
+    second = json_safe(row)
     first.pop("train_s"), second.pop("train_s")
-    assert first == second
-    assert {"torch", "transformers", "timm", "open_clip"} <= set(rerun["versions"])
+    assert second == first
+    assert {"torch", "transformers", "timm", "open_clip"} <= set(sharelock_run["versions"])
 
 
 def test_the_committed_sharelock_run_is_not_degenerate():

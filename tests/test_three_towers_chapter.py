@@ -93,7 +93,10 @@ def test_medium_selects_on_validation_and_has_a_four_point_curve():
     cfg = ch.load_config("medium")
     assert cfg.data.corpus == "medium" and cfg.train.eval_every < cfg.train.steps and cfg.train.patience
     assert len(cfg.curve_fractions) == 4 and max(cfg.curve_fractions) == 1.0 and len(cfg.seeds) >= 3
-    assert cfg.third == ch.load_config("small").third  # the store's EfficientNet-Lite0 features are shared
+    from chapters import sharelock
+
+    for name in ("small", "medium"):  # the third tower reads the ShareLock chapter's EfficientNet-Lite0 store entries
+        assert ch.load_config(name).third == sharelock.load_config(name).vision[0], name
     with pytest.raises(ConfigError, match="curve fractions"):
         ch.load_config("medium", {"curve_fractions": [0.0, 1.0]})
 
