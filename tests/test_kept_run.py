@@ -10,7 +10,7 @@ import pytest
 from chapters import NAMES
 from chapters.metrics import json_safe
 from tools import kept_run
-from tools.results_page import _beyond_arithmetic
+from tools.results_page import _beyond_arithmetic, arithmetic_of
 from tools.run_notebooks import ROOT, config_section, shown_configs
 
 
@@ -35,6 +35,10 @@ def test_a_kept_run_differs_from_the_shown_config_in_number_formats_only(chapter
     shown, kept = load(config), load(config, kept_run.overrides(section, arithmetic))
     assert _beyond_arithmetic(json_safe(kept)) == _beyond_arithmetic(json_safe(shown))
     assert "auto" not in set(_formats(json_safe(kept)))  # no number format left for the machine to resolve
+    # The results page reads the kept run as that arithmetic whatever the machine resolved `auto` to.
+    for machine in ({"auto_dtype": "float32", "auto_precision": "fp32"},
+                    {"auto_dtype": "bfloat16", "auto_precision": "bf16"}):
+        assert arithmetic_of({"settings": json_safe(kept), "arithmetic": machine}) == arithmetic
 
 
 def _formats(settings):
