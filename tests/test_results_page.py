@@ -216,3 +216,33 @@ def test_a_run_computes_in_what_its_settings_and_machine_resolve():
     # Three Towers' third tower is float32 by its config; only its training's `auto` precision moves.
     towers = {"third": {"dtype": "float32"}, "train": {"precision": "auto"}}
     assert results_page.arithmetic_of({"settings": towers, "arithmetic": bf16_cpu}) == "bfloat16"
+
+
+def test_the_arithmetic_shift_is_welchs_interval_of_the_two_runs_differences():
+    """The shift column equals lib.core.results.compare's Welch interval on the two runs' per-seed differences
+    (the one rule's implementation), computed from the mean, sd and count that the metrics keep."""
+    from lib.core.results import compare, summarise
+
+    float32_diffs, bfloat16_diffs = [0.010, 0.004, 0.007, 0.012, 0.001], [0.006, 0.009, 0.002, 0.005, 0.004]
+
+    def claim(diffs, verdict):
+        found = summarise(diffs)
+        return {"verdict": verdict, "scale": 100.0, "unit": " %",
+                "comparison": {"difference": found.mean, "diff_sd": found.sd, "pairs": found.n, "mde": 0.004,
+                               "low": found.mean - 0.003, "high": found.mean + 0.003, "paired": True}}
+
+    old, new = claim(float32_diffs, "reproduced"), claim(bfloat16_diffs, "inconclusive")
+    reference = compare(summarise(bfloat16_diffs), summarise(float32_diffs))  # Summary objects: Welch's interval
+    found = results_page.arithmetic_shift(old, new)
+    assert not reference.paired
+    assert found.shift == pytest.approx(reference.difference)
+    assert (found.low, found.high) == (pytest.approx(reference.low), pytest.approx(reference.high))
+    assert found.mde == 0.004
+    assert results_page._shift_text(found, new).startswith(f"{100 * reference.difference:+.2f} [")
+    rank = {"verdict": "inconclusive", "comparison": {"rho": 0.2, "p": 0.4}}
+    assert results_page.arithmetic_shift(rank, rank) is None  # a rank correlation has no spread of differences
+    assert results_page._shift_text(None, rank) == "–"
+    # A shift far beyond both runs' noise is counted as one.
+    far = claim([d + 0.05 for d in bfloat16_diffs], "reproduced")
+    shifted = results_page.arithmetic_shift(old, far)
+    assert shifted.low > 0

@@ -188,6 +188,49 @@ def _agreement(old: dict, new: dict) -> str:
     return f"{kind}; the intervals {'overlap: on a boundary of the rule' if overlap else 'do not overlap'}"
 
 
+class Shift(NamedTuple):
+    """How far a change of arithmetic moved one claim's A − B (bfloat16 run minus float32 run), with its interval."""
+    shift: float
+    low: float
+    high: float
+    mde: float | None  # the smaller of the two runs' minimum detectable effects for the claim itself
+
+
+def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
+    """The bfloat16 run's A − B minus the float32 run's, with a 95 % Welch interval from each run's spread of the
+    per-seed differences (``comparison``: ``difference``, ``diff_sd``, ``pairs``); None for a claim without them (a
+    rank correlation).
+
+    Why Welch and not a seed-paired interval: the metrics keep each run's mean and sd of the per-seed differences,
+    not the seeds' own values, so the two runs cannot be paired seed by seed. Both runs use the same seeds and
+    splits, so their errors are positively correlated and this interval is *wider* than a paired one: a shift
+    whose interval excludes 0 is a real effect of the arithmetic, one that contains it is only not shown to be
+    one. The claim's MDE beside the shift says whether a shift of that size could matter to the verdict."""
+    from lib.core.results import t_quantile
+
+    a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
+    needed = ("difference", "diff_sd", "pairs")
+    if any(run.get(key) is None for run in (a, b) for key in needed) or min(a["pairs"], b["pairs"]) < 2:
+        return None
+    va, vb = a["diff_sd"] ** 2 / a["pairs"], b["diff_sd"] ** 2 / b["pairs"]
+    se = math.sqrt(va + vb)
+    df = ((va + vb) ** 2 / (va ** 2 / (a["pairs"] - 1) + vb ** 2 / (b["pairs"] - 1)) if se > 0
+          else a["pairs"] + b["pairs"] - 2)
+    half = t_quantile(0.975, df) * se
+    shift = b["difference"] - a["difference"]
+    mdes = [run["mde"] for run in (a, b) if run.get("mde") is not None]
+    return Shift(shift, shift - half, shift + half, min(mdes) if mdes else None)
+
+
+def _shift_text(found: Shift | None, claim: dict) -> str:
+    """``"+0.12 [-0.55, +0.79] (MDE 0.35)"`` in the claim's unit, or ``"–"`` for a claim without an interval."""
+    if found is None:
+        return "–"
+    scale = claim.get("scale", 100.0)
+    mde = f" (MDE {scale * found.mde:.2f})" if found.mde is not None else ""
+    return f"{scale * found.shift:+.2f} [{scale * found.low:+.2f}, {scale * found.high:+.2f}]{mde}"
+
+
 def arithmetic_of(metrics: dict) -> str:
     """``"float32"`` or ``"bfloat16"``: what a run computed in. A setting of ``auto`` is what the machine resolved it
     to (``metrics["arithmetic"]``: ``auto_dtype`` for a ``dtype``, ``auto_precision`` for a ``precision``); explicit
@@ -242,16 +285,42 @@ def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> 
     return pairs
 
 
-def _pair_rows(papers: dict, pairs: dict[str, ArithmeticPair]) -> list[list[str]]:
-    rows = []
+def _claim_pairs(pairs: dict[str, ArithmeticPair]):
+    """``(chapter, float32 claim, bfloat16 claim)`` for every claim both runs of a chapter tested."""
     for chapter, pair in pairs.items():
         before = {c["id"]: c for c in pair.float32.get("claims", [])}
         for claim in pair.bfloat16.get("claims", []):
             if claim["id"] in before:
-                old = before[claim["id"]]
-                rows.append([papers[chapter]["title"], claim["statement"], _interval_text(old), _interval_text(claim),
-                             _agreement(old, claim)])
-    return rows
+                yield chapter, before[claim["id"]], claim
+
+
+def _pair_rows(papers: dict, pairs: dict[str, ArithmeticPair]) -> list[list[str]]:
+    return [[papers[chapter]["title"], new["statement"], _interval_text(old), _interval_text(new),
+             _shift_text(arithmetic_shift(old, new), new), _agreement(old, new)]
+            for chapter, old, new in _claim_pairs(pairs)]
+
+
+def _shift_sentence(pairs: dict[str, ArithmeticPair]) -> str:
+    """What the shift column shows, counted: in how many claims the arithmetic moved A − B by more than the seeds'
+    noise (the interval excludes 0), and, for the verdicts that changed, how large the move was against the MDE."""
+    shifts = [(old, new, arithmetic_shift(old, new)) for _, old, new in _claim_pairs(pairs)]
+    measured = [(old, new, s) for old, new, s in shifts if s is not None]
+    if not measured:
+        return ""
+    beyond = sum(not (s.low <= 0 <= s.high) for _, _, s in measured)
+    moved = [(old, new, s) for old, new, s in measured if old["verdict"] != new["verdict"]]
+    text = (f"The shift column is the bfloat16 run's A − B minus the float32 run's, with a 95 % interval (Welch's, "
+            f"from each run's spread of its per-seed differences: the metrics keep that spread, not the seeds, and "
+            f"since both runs share seeds and splits a seed-paired interval would be narrower). The shift's interval "
+            f"excludes 0 in {beyond} of the {len(measured)} claims with an interval.")
+    if moved:
+        inside = sum(s.low <= 0 <= s.high and s.mde is not None and abs(s.shift) < s.mde for _, _, s in moved)
+        sizes = ", ".join(f"{100 * abs(s.shift):.2f}" for _, _, s in moved)
+        text += (f" Of the {len(moved)} verdicts that change, {inside} moved by less than the claim's MDE with an "
+                 f"interval that contains 0 (by {sizes} points): the two runs estimate the same difference, and the "
+                 f"verdict changes because that difference lies near 0 or the smallest effect, where an interval's "
+                 f"end can fall either side of the line.")
+    return text
 
 
 def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[list[str]]:
@@ -304,9 +373,11 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
         "much.",
         f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} change between a "
         f"verdict and another that is not its opposite, and {counts['**opposite**']} turn to the opposite verdict.",
+        _shift_sentence(pairs),
         "",
-        "| chapter | the claim | float32 run: verdict, A − B [95 %] | bfloat16 run | |",
-        "|---|---|---|---|---|",
+        "| chapter | the claim | float32 run: verdict, A − B [95 %] | bfloat16 run "
+        "| shift, bfloat16 − float32 [95 %] | |",
+        "|---|---|---|---|---|---|",
         *["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows],
         "",
     ]
