@@ -242,7 +242,31 @@ def test_the_arithmetic_shift_is_welchs_interval_of_the_two_runs_differences():
     rank = {"verdict": "inconclusive", "comparison": {"rho": 0.2, "p": 0.4}}
     assert results_page.arithmetic_shift(rank, rank) is None  # a rank correlation has no spread of differences
     assert results_page._shift_text(None, rank) == "–"
+    assert not found.paired and "Welch" in results_page._shift_text(found, new)
     # A shift far beyond both runs' noise is counted as one.
     far = claim([d + 0.05 for d in bfloat16_diffs], "reproduced")
     shifted = results_page.arithmetic_shift(old, far)
     assert shifted.low > 0
+
+
+def test_runs_that_kept_their_seeds_are_compared_seed_by_seed():
+    """With each run's per-seed differences (``comparison.differences``), the shift is the paired interval over
+    seeds, which sees a small shift that is the same on every seed although the seeds themselves scatter widely."""
+    from lib.core.results import compare
+
+    float32_a, b = [0.10, 0.30, 0.20, 0.50, 0.40], [0.05, 0.20, 0.15, 0.30, 0.35]
+    bfloat16_a = [x + 0.01 + 0.001 * i for i, x in enumerate(float32_a)]  # every seed moved up by about 1 point
+
+    def claim(a):
+        kept = compare(a, b).as_dict()
+        return {"verdict": "reproduced", "scale": 100.0,
+                "comparison": {**kept, "differences": [x - y for x, y in zip(a, b)]}}
+
+    old, new = claim(float32_a), claim(bfloat16_a)
+    found = results_page.arithmetic_shift(old, new)
+    assert found.paired and found.shift == pytest.approx(0.012)
+    assert 0 < found.low < found.high < 0.02  # paired: the shift is seen ...
+    welch = results_page.arithmetic_shift(
+        {**old, "comparison": {**old["comparison"], "differences": None}}, new)
+    assert not welch.paired and welch.low < 0 < welch.high  # ... where Welch's interval cannot see it
+    assert "Welch" not in results_page._shift_text(found, new)

@@ -194,32 +194,38 @@ class Shift(NamedTuple):
     low: float
     high: float
     mde: float | None  # the smaller of the two runs' minimum detectable effects for the claim itself
+    paired: bool  # seed by seed (both runs kept their per-seed differences), else Welch's interval
 
 
 def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
-    """The bfloat16 run's A − B minus the float32 run's, with a 95 % Welch interval from each run's spread of the
-    per-seed differences (``comparison``: ``difference``, ``diff_sd``, ``pairs``); None for a claim without them (a
-    rank correlation).
+    """The bfloat16 run's A − B minus the float32 run's, with a 95 % interval; None for a claim without an interval
+    (a rank correlation).
 
-    Why Welch and not a seed-paired interval: the metrics keep each run's mean and sd of the per-seed differences,
-    not the seeds' own values, so the two runs cannot be paired seed by seed. Both runs use the same seeds and
-    splits, so their errors are positively correlated and this interval is *wider* than a paired one: a shift
-    whose interval excludes 0 is a real effect of the arithmetic, one that contains it is only not shown to be
-    one. The claim's MDE beside the shift says whether a shift of that size could matter to the verdict."""
-    from lib.core.results import t_quantile
+    Both runs use the same seeds and splits, so the interval is paired seed by seed (``lib.core.results.compare`` on
+    the two runs' per-seed differences) when both runs kept those differences (``comparison.differences``). A run
+    written before the metrics kept them has only their mean and sd; then the interval is Welch's, from each run's
+    spread. The same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the
+    paired one: a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is
+    only not shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
+    from lib.core.results import compare, t_quantile
 
     a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
-    needed = ("difference", "diff_sd", "pairs")
+    needed = ("difference", "diff_sd", "pairs", "low", "high")
     if any(run.get(key) is None for run in (a, b) for key in needed) or min(a["pairs"], b["pairs"]) < 2:
         return None
+    mdes = [run["mde"] for run in (a, b) if run.get("mde") is not None]
+    mde = min(mdes) if mdes else None
+    seeds_a, seeds_b = a.get("differences"), b.get("differences")
+    if seeds_a and seeds_b and len(seeds_a) == len(seeds_b):
+        paired = compare(seeds_b, seeds_a)
+        return Shift(paired.difference, paired.low, paired.high, mde, True)
     va, vb = a["diff_sd"] ** 2 / a["pairs"], b["diff_sd"] ** 2 / b["pairs"]
     se = math.sqrt(va + vb)
     df = ((va + vb) ** 2 / (va ** 2 / (a["pairs"] - 1) + vb ** 2 / (b["pairs"] - 1)) if se > 0
           else a["pairs"] + b["pairs"] - 2)
     half = t_quantile(0.975, df) * se
     shift = b["difference"] - a["difference"]
-    mdes = [run["mde"] for run in (a, b) if run.get("mde") is not None]
-    return Shift(shift, shift - half, shift + half, min(mdes) if mdes else None)
+    return Shift(shift, shift - half, shift + half, mde, False)
 
 
 def _shift_text(found: Shift | None, claim: dict) -> str:
@@ -227,8 +233,10 @@ def _shift_text(found: Shift | None, claim: dict) -> str:
     if found is None:
         return "–"
     scale = claim.get("scale", 100.0)
-    mde = f" (MDE {scale * found.mde:.2f})" if found.mde is not None else ""
-    return f"{scale * found.shift:+.2f} [{scale * found.low:+.2f}, {scale * found.high:+.2f}]{mde}"
+    notes = [] if found.paired else ["Welch"]
+    notes += [f"MDE {scale * found.mde:.2f}"] if found.mde is not None else []
+    note = f" ({', '.join(notes)})" if notes else ""
+    return f"{scale * found.shift:+.2f} [{scale * found.low:+.2f}, {scale * found.high:+.2f}]{note}"
 
 
 def arithmetic_of(metrics: dict) -> str:
@@ -309,17 +317,22 @@ def _shift_sentence(pairs: dict[str, ArithmeticPair]) -> str:
         return ""
     beyond = sum(not (s.low <= 0 <= s.high) for _, _, s in measured)
     moved = [(old, new, s) for old, new, s in measured if old["verdict"] != new["verdict"]]
-    text = (f"The shift column is the bfloat16 run's A − B minus the float32 run's, with a 95 % interval (Welch's, "
-            f"from each run's spread of its per-seed differences: the metrics keep that spread, not the seeds, and "
-            f"since both runs share seeds and splits a seed-paired interval would be narrower). The shift's interval "
-            f"excludes 0 in {beyond} of the {len(measured)} claims with an interval.")
+    welch = sum(not s.paired for _, _, s in measured)
+    how = ("paired seed by seed" if not welch else
+           "Welch's, from each run's spread of per-seed differences, for runs written before the metrics kept the "
+           "seeds' own values: wider than the paired interval" if welch == len(measured) else
+           f"paired seed by seed, or, for the {welch} claims marked Welch whose float32 run was written before the "
+           f"metrics kept the seeds' own values, Welch's from each run's spread: wider than a paired one")
+    text = (f"The shift column is the bfloat16 run's A − B minus the float32 run's, with a 95 % interval ({how}). "
+            f"The shift's interval excludes 0 in {beyond} of the {len(measured)} claims with an interval.")
     if moved:
         inside = sum(s.low <= 0 <= s.high and s.mde is not None and abs(s.shift) < s.mde for _, _, s in moved)
         sizes = ", ".join(f"{100 * abs(s.shift):.2f}" for _, _, s in moved)
         text += (f" Of the {len(moved)} verdicts that change, {inside} moved by less than the claim's MDE with an "
-                 f"interval that contains 0 (by {sizes} points): the two runs estimate the same difference, and the "
-                 f"verdict changes because that difference lies near 0 or the smallest effect, where an interval's "
-                 f"end can fall either side of the line.")
+                 f"interval that contains 0 (the moves: {sizes} points)")
+        text += (": the two runs estimate the same difference, and the verdict changes because that difference lies "
+                 "near 0 or the smallest effect, where an interval's end can fall either side of the line."
+                 if inside == len(moved) else "; the others moved by more than the runs' noise allows.")
     return text
 
 
