@@ -202,11 +202,11 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     (a rank correlation).
 
     Both runs use the same seeds and splits, so the interval is paired seed by seed (``lib.core.results.compare`` on
-    the two runs' per-seed differences) when both runs kept those differences (``comparison.differences``). A run
-    written before the metrics kept them has only their mean and sd; then the interval is Welch's, from each run's
-    spread. The same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the
-    paired one: a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is
-    only not shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
+    the two runs' per-seed differences) when both runs kept those differences (``comparison.differences``). The
+    metrics written so far keep only their mean and sd; then the interval is Welch's, from each run's spread. The
+    same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the paired one:
+    a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is only not
+    shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
     from lib.core.results import compare, t_quantile
 
     a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
@@ -319,10 +319,11 @@ def _shift_sentence(pairs: dict[str, ArithmeticPair]) -> str:
     moved = [(old, new, s) for old, new, s in measured if old["verdict"] != new["verdict"]]
     welch = sum(not s.paired for _, _, s in measured)
     how = ("paired seed by seed" if not welch else
-           "Welch's, from each run's spread of per-seed differences, for runs written before the metrics kept the "
-           "seeds' own values: wider than the paired interval" if welch == len(measured) else
-           f"paired seed by seed, or, for the {welch} claims marked Welch whose float32 run was written before the "
-           f"metrics kept the seeds' own values, Welch's from each run's spread: wider than a paired one")
+           "Welch's, from each run's spread of its per-seed differences: these runs' metrics keep that spread, not "
+           "the seeds' own values, and since both runs share seeds and splits a seed-paired interval would be "
+           "narrower" if welch == len(measured) else
+           f"paired seed by seed, or, for the {welch} claims marked Welch, whose runs' metrics keep only the spread "
+           f"of the per-seed differences, Welch's from each run's spread: wider than a paired one")
     text = (f"The shift column is the bfloat16 run's A − B minus the float32 run's, with a 95 % interval ({how}). "
             f"The shift's interval excludes 0 in {beyond} of the {len(measured)} claims with an interval.")
     if moved:
