@@ -294,41 +294,45 @@ def arithmetic_pairs(chapters: list[str], metrics_dir: Path, reference_dirs) -> 
 
 
 def _claim_pairs(pairs: dict[str, ArithmeticPair]):
-    """``(chapter, float32 claim, bfloat16 claim)`` for every claim both runs of a chapter tested."""
+    """``(chapter, float32 claim, bfloat16 claim, their arithmetic_shift)`` for every claim both runs of a chapter
+    tested."""
     for chapter, pair in pairs.items():
         before = {c["id"]: c for c in pair.float32.get("claims", [])}
         for claim in pair.bfloat16.get("claims", []):
             if claim["id"] in before:
-                yield chapter, before[claim["id"]], claim
+                old = before[claim["id"]]
+                yield chapter, old, claim, arithmetic_shift(old, claim)
 
 
-def _pair_rows(papers: dict, pairs: dict[str, ArithmeticPair]) -> list[list[str]]:
+def _pair_rows(papers: dict, claim_pairs: list[tuple]) -> list[list[str]]:
     return [[papers[chapter]["title"], new["statement"], _interval_text(old), _interval_text(new),
-             _shift_text(arithmetic_shift(old, new), new), _agreement(old, new)]
-            for chapter, old, new in _claim_pairs(pairs)]
+             _shift_text(shift, new), _agreement(old, new)]
+            for chapter, old, new, shift in claim_pairs]
 
 
-def _shift_sentence(pairs: dict[str, ArithmeticPair]) -> str:
+def _shift_sentence(claim_pairs: list[tuple]) -> str:
     """What the shift column shows, counted: in how many claims the arithmetic moved A − B by more than the seeds'
     noise (the interval excludes 0), and, for the verdicts that changed, how large the move was against the MDE."""
-    shifts = [(old, new, arithmetic_shift(old, new)) for _, old, new in _claim_pairs(pairs)]
-    measured = [(old, new, s) for old, new, s in shifts if s is not None]
+    measured = [(old, new, s) for _, old, new, s in claim_pairs if s is not None]
     if not measured:
         return ""
     beyond = sum(not (s.low <= 0 <= s.high) for _, _, s in measured)
     moved = [(old, new, s) for old, new, s in measured if old["verdict"] != new["verdict"]]
     welch = sum(not s.paired for _, _, s in measured)
-    how = ("paired seed by seed" if not welch else
-           "Welch's, from each run's spread of its per-seed differences: these runs' metrics keep that spread, not "
-           "the seeds' own values, and since both runs share seeds and splits a seed-paired interval would be "
-           "narrower" if welch == len(measured) else
-           f"paired seed by seed, or, for the {welch} claims marked Welch, whose runs' metrics keep only the spread "
-           f"of the per-seed differences, Welch's from each run's spread: wider than a paired one")
+    if not welch:
+        how = "paired seed by seed"
+    elif welch == len(measured):
+        how = ("Welch's, from each run's spread of its per-seed differences: these runs' metrics keep that spread, "
+               "not the seeds' own values, and since both runs share seeds and splits a seed-paired interval would "
+               "be narrower")
+    else:
+        how = (f"paired seed by seed, or, for the {welch} claims marked Welch, whose runs' metrics keep only the "
+               f"spread of the per-seed differences, Welch's from each run's spread: wider than a paired one")
     text = (f"The shift column is the bfloat16 run's A − B minus the float32 run's, with a 95 % interval ({how}). "
             f"The shift's interval excludes 0 in {beyond} of the {len(measured)} claims with an interval.")
     if moved:
         inside = sum(s.low <= 0 <= s.high and s.mde is not None and abs(s.shift) < s.mde for _, _, s in moved)
-        sizes = ", ".join(f"{100 * abs(s.shift):.2f}" for _, _, s in moved)
+        sizes = ", ".join(f"{new.get('scale', 100.0) * abs(s.shift):.2f}" for _, new, s in moved)
         text += (f" Of the {len(moved)} verdicts that change, {inside} moved by less than the claim's MDE with an "
                  f"interval that contains 0 (the moves: {sizes} points)")
         text += (": the two runs estimate the same difference, and the verdict changes because that difference lies "
@@ -341,7 +345,7 @@ def stability_rows(papers: dict, chapters: list[str], metrics_dir: Path, referen
     """One row per claim tested in both runs of :func:`arithmetic_pairs`: chapter, claim, the float32 run's verdict
     and interval, the bfloat16 run's, and whether they agree. A claim that one run has and the other lacks is left
     out: the rows say what both tested."""
-    return _pair_rows(papers, arithmetic_pairs(chapters, metrics_dir, reference_dirs))
+    return _pair_rows(papers, list(_claim_pairs(arithmetic_pairs(chapters, metrics_dir, reference_dirs))))
 
 
 def _and(names: list[str]) -> str:
@@ -358,7 +362,8 @@ def _paired(metrics: dict) -> bool:
 def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[str]:
     """The page's last section: :func:`stability_rows` as a table, with the counts in a sentence."""
     pairs = arithmetic_pairs(chapters, metrics_dir, reference_dirs)
-    rows = _pair_rows(papers, pairs)
+    claim_pairs = list(_claim_pairs(pairs))
+    rows = _pair_rows(papers, claim_pairs)
     if not rows:
         return []
     units = {json.dumps(pair.bfloat16.get("arithmetic"), sort_keys=True) for pair in pairs.values()}
@@ -387,7 +392,7 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
         "much.",
         f"Of {len(rows)} claims, **{counts['same']} keep their verdict**, {counts['changed']} change between a "
         f"verdict and another that is not its opposite, and {counts['**opposite**']} turn to the opposite verdict.",
-        _shift_sentence(pairs),
+        _shift_sentence(claim_pairs),
         "",
         "| chapter | the claim | float32 run: verdict, A − B [95 %] | bfloat16 run "
         "| shift, bfloat16 − float32 [95 %] | |",
