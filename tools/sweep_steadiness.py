@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ROOT / "book" / "metrics"
-RECORD_KEYS = {"lr", "weight_decay", "score", "chosen", "extended", "at_edge"}  # the rest of a row names the head
+RECORD_KEYS = {"lr", "weight_decay", "score", "chosen", "extended", "at_edge", "lead"}  # the rest of a row names the head
 
 
 def heads(sweep: list[dict]) -> dict[tuple, list[dict]]:
@@ -85,7 +85,7 @@ def main() -> None:
     print("| rule | heads chosen alike in both runs | configured lr kept (shown run, kept run) |")
     print("|---|---|---|")
     for row in steadiness(shown, kept, n):
-        rule = "best score (today)" if row["k"] is None else f"configured lr unless beaten by > {row['k']:g} SE"
+        rule = "the runs' own choices" if row["k"] is None else f"configured lr unless beaten by > {row['k']:g} SE"
         print(f"| {rule} | {row['same']} of {row['heads']} | {row['default_shown']}, {row['default_kept']} |")
 
 

@@ -174,12 +174,22 @@ class Comparison:
         mde = self.mde
         return f"{head}: {interval}, which contains 0" + (f" (MDE {scale * mde:.2f}{points})" if mde else "")
 
+    @property
+    def differences(self) -> tuple[float, ...] | None:
+        """The per-seed differences A − B, in seed order (None when unpaired)."""
+        if not self.paired or self.a.n != self.b.n:
+            return None
+        return tuple(x - y for x, y in zip(self.a.values, self.b.values))
+
     def as_dict(self) -> dict:
-        return {"a": {"mean": self.a.mean, "sd": self.a.sd, "n": self.a.n},
-                "b": {"mean": self.b.mean, "sd": self.b.sd, "n": self.b.n},
+        """The comparison as metrics.json keeps it. The per-seed values and differences are kept beside their
+        summaries, so that two runs of one claim (e.g. in two arithmetics) can be compared seed by seed."""
+        differences = self.differences
+        return {"a": {"mean": self.a.mean, "sd": self.a.sd, "n": self.a.n, "values": list(self.a.values)},
+                "b": {"mean": self.b.mean, "sd": self.b.sd, "n": self.b.n, "values": list(self.b.values)},
                 "margin": self.margin, "outcome": self.outcome, "difference": self.difference, "low": self.low,
                 "high": self.high, "pairs": self.pairs, "paired": self.paired, "diff_sd": self.diff_sd,
-                "mde": self.mde}
+                "mde": self.mde, "differences": None if differences is None else list(differences)}
 
 
 def _interval(differences: Sequence[float]) -> tuple[float | None, Outcome, float | None]:
