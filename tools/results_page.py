@@ -207,7 +207,7 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the paired one:
     a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is only not
     shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
-    from lib.core.results import compare, t_quantile
+    from lib.core.results import compare, welch_interval
 
     a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
     needed = ("difference", "diff_sd", "pairs", "low", "high")
@@ -219,11 +219,7 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     if seeds_a and seeds_b and len(seeds_a) == len(seeds_b):
         paired = compare(seeds_b, seeds_a)
         return Shift(paired.difference, paired.low, paired.high, mde, True)
-    va, vb = a["diff_sd"] ** 2 / a["pairs"], b["diff_sd"] ** 2 / b["pairs"]
-    se = math.sqrt(va + vb)
-    df = ((va + vb) ** 2 / (va ** 2 / (a["pairs"] - 1) + vb ** 2 / (b["pairs"] - 1)) if se > 0
-          else a["pairs"] + b["pairs"] - 2)
-    half = t_quantile(0.975, df) * se
+    half = welch_interval(a["diff_sd"], a["pairs"], b["diff_sd"], b["pairs"])
     shift = b["difference"] - a["difference"]
     return Shift(shift, shift - half, shift + half, mde, False)
 
