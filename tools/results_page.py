@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import dataclasses
 import math
 import re
 import sys
@@ -154,10 +155,22 @@ OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
 ARITHMETIC_KEYS = ("dtype", "precision")  # the settings that `auto` resolves: all a float32 re-run may change
 
 
-def _beyond_arithmetic(settings):
-    """``settings`` (a run's config, as metrics.json records it) without its number formats, for comparing runs."""
+def _sweep_defaults() -> dict:
+    """Every ``sweep:`` field with its default (``lib.core.recipes.SweepConfig``). A run recorded before a field
+    existed ran with that field's default, so a missing field and its default are the same experiment."""
+    from lib.core.recipes import SweepConfig
+
+    return {field.name: (list(field.default) if isinstance(field.default, tuple) else field.default)
+            for field in dataclasses.fields(SweepConfig)}
+
+
+def _beyond_arithmetic(settings, key: str | None = None):
+    """``settings`` (a run's config, as metrics.json records it) without its number formats, for comparing runs;
+    a ``sweep`` section with its missing fields at their defaults."""
     if isinstance(settings, dict):
-        return {k: _beyond_arithmetic(v) for k, v in settings.items() if k not in ARITHMETIC_KEYS}
+        if key == "sweep":
+            settings = {**_sweep_defaults(), **settings}
+        return {k: _beyond_arithmetic(v, k) for k, v in settings.items() if k not in ARITHMETIC_KEYS}
     if isinstance(settings, list):
         return [_beyond_arithmetic(v) for v in settings]
     return settings
