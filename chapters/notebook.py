@@ -137,9 +137,12 @@ def recipe_table(rows: list[dict], score: str, caption: str, unscored: str = "no
     still on the edge."""
     import pandas as pd
 
+    lead = "lead needed (points)"  # sweep.keep_within_se: what a candidate must beat the configured recipe by
     frame = pd.DataFrame(rows).rename(columns={"weight_decay": "weight decay", "score": score,
-                                               "extended": "past the grid", "at_edge": "on the edge"})
+                                               "extended": "past the grid", "at_edge": "on the edge", "lead": lead})
     frame[score] = 100 * frame[score]
-    return (frame.style.hide(axis="index").format({"lr": "{:.1e}", "weight decay": "{:.0e}", score: "{:.2f}"},
-                                           na_rep=unscored)
+    if lead in frame:
+        frame[lead] = 100 * frame[lead]
+    return (frame.style.hide(axis="index").format({"lr": "{:.1e}", "weight decay": "{:.0e}", score: "{:.2f}",
+                                                   lead: "{:.2f}"}, na_rep=unscored)
             .set_caption(caption))

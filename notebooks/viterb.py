@@ -389,7 +389,10 @@ notebook.show_source(viterb.unseen_score)
 # score dataset's class names and the first seed, by the mean per-class accuracy of the held-out validation
 # classes' images among those classes (`lib.core.recipes.choose`), and every run of that model on that dataset
 # takes it (a check dataset, which has no sweep, takes the first score dataset's): a rate that suits 11,416
-# training images need not suit emoji's 192. Every run follows one budget rule (`lib.core.curves.subset_settings`):
+# training images need not suit emoji's 192. A candidate replaces the configured rate only when it leads by more
+# than two standard errors of its score over the validation images (`sweep.keep_within_se`, the table's "lead
+# needed"): emoji has 64 of them, so one image is 1.6 points, and a rule that followed the best score changed 14 of
+# the 20 choices between a float32 and a bfloat16 run of this chapter (`python -m tools.sweep_steadiness`). Every run follows one budget rule (`lib.core.curves.subset_settings`):
 # it is validated once an epoch of its training set, never more often than every 5 steps nor less often than
 # `eval_every`, with as many steps of patience; on emoji's 192 images at batch 256 that is every 5 steps.
 

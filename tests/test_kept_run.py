@@ -56,3 +56,14 @@ def test_the_command_runs_the_shown_config_into_the_scratch_folder(tmp_path):
     assert line[line.index("config") + 1] == shown_configs()["fdt"]
     assert line[line.index("output_dir") + 1] == str(tmp_path) and line[2] == str(tmp_path / "fdt.ipynb")
     assert "precision: fp32" in line[line.index("overrides") + 1]
+
+
+def test_a_sweep_field_recorded_before_it_existed_reads_as_its_default():
+    """A kept run written before ``sweep.keep_within_se`` existed ran with its default (0: the best score wins), so
+    it still pairs with a shown run that records the default; a non-default value is another experiment."""
+    before = {"train": {"precision": "fp32"}, "sweep": {"lr": [1e-3, 3e-3], "weight_decay": [], "extend": 1}}
+    now = {"train": {"precision": "bf16"}, "sweep": {**before["sweep"], "keep_within_se": 0.0}}
+    assert _beyond_arithmetic(before) == _beyond_arithmetic(now)
+    assert _beyond_arithmetic(before) != _beyond_arithmetic({**now, "sweep": {**now["sweep"], "keep_within_se": 2}})
+    nested_before, nested_now = {"lit": {"sweep": before["sweep"]}}, {"lit": {"sweep": now["sweep"]}}
+    assert _beyond_arithmetic(nested_before) == _beyond_arithmetic(nested_now)

@@ -121,3 +121,35 @@ def test_the_sweep_table_names_a_candidate_without_a_score_instead_of_showing_na
     html = recipe_table(record, "validation R@1 %", "sweep", unscored="kept its first evaluation").to_html()
     assert "kept its first evaluation" in html and "25.00" in html
     assert ">nan<" not in html.lower() and ">none<" not in html.lower()
+
+
+def test_with_keep_within_se_the_configured_recipe_stays_unless_beaten_beyond_the_noise():
+    """k standard errors of the best score over n items: a lead inside them keeps the configured rate (with the lead
+    recorded on every row), a lead beyond them moves to the best; with k = 0 the best wins, as before."""
+    from lib.core.recipes import lead_needed
+
+    n, k = 64, 2.0
+    lead = lead_needed(0.20, n, k)
+    assert lead == pytest.approx(2 * (0.2 * 0.8 / 64) ** 0.5)
+    grid = (3e-4, 1e-3, 3e-3)
+    close = {3e-4: 0.10, 1e-3: 0.20 - 0.9 * lead, 3e-3: 0.20}
+    kept, record = choose(BASE, SweepConfig(lr=grid, keep_within_se=k), lambda t: close.get(t.lr, 0.05), n)
+    assert kept.lr == BASE.lr and next(r for r in record if r["chosen"])["lr"] == BASE.lr
+    assert all(r["lead"] == pytest.approx(lead) for r in record)
+    assert choose(BASE, SweepConfig(lr=grid), lambda t: close.get(t.lr, 0.05))[0].lr == 3e-3  # k = 0: today's rule
+    far = {3e-4: 0.10, 1e-3: 0.20 - 1.1 * lead, 3e-3: 0.20}
+    assert choose(BASE, SweepConfig(lr=grid, keep_within_se=k), lambda t: far.get(t.lr, 0.05), n)[0].lr == 3e-3
+    each, rows = choose_each(BASE, SweepConfig(lr=grid, keep_within_se=k), ["a"], lambda m, t: close.get(t.lr, 0.05),
+                             lambda m: {"method": m}, n=n)
+    assert each["a"].lr == BASE.lr and rows[0]["method"] == "a"
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), "2", True])
+def test_a_bad_keep_within_se_names_the_field(value):
+    with pytest.raises(ValueError, match="keep_within_se"):
+        SweepConfig(lr=(1e-3,), keep_within_se=value)
+
+
+def test_keep_within_se_without_the_number_of_validation_items_is_refused():
+    with pytest.raises(ValueError, match="number of validation items"):
+        choose(BASE, SweepConfig(lr=(3e-4, 1e-3), keep_within_se=2), lambda t: 0.1)

@@ -94,3 +94,17 @@ def test_against_chance_is_the_one_sample_interval():
     noisy = versus([0.0, 0.004, -0.001], 0.001)
     assert noisy.outcome == "unclear"
     assert versus([0.5], 0.1).outcome == "unknown"
+
+
+def test_welchs_interval_equals_scipys_for_two_independent_samples():
+    """welch_interval (from sd and n alone) is scipy's Welch t-interval, and compare uses it when it cannot pair."""
+    from scipy import stats
+
+    from lib.core.results import summarise, welch_interval
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.4, 1.0, 5), rng.normal(0.0, 2.5, 8)
+    low, high = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    half = welch_interval(float(np.std(a, ddof=1)), 5, float(np.std(b, ddof=1)), 8)
+    assert half == pytest.approx((high - low) / 2, rel=1e-9)
+    assert compare(summarise(a), summarise(b)).margin == pytest.approx(half, rel=1e-12)

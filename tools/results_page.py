@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import dataclasses
 import math
 import re
 import sys
@@ -154,10 +155,22 @@ OPPOSITE = {("reproduced", "not reproduced"), ("not reproduced", "reproduced")}
 ARITHMETIC_KEYS = ("dtype", "precision")  # the settings that `auto` resolves: all a float32 re-run may change
 
 
-def _beyond_arithmetic(settings):
-    """``settings`` (a run's config, as metrics.json records it) without its number formats, for comparing runs."""
+def _sweep_defaults() -> dict:
+    """Every ``sweep:`` field with its default (``lib.core.recipes.SweepConfig``). A run recorded before a field
+    existed ran with that field's default, so a missing field and its default are the same experiment."""
+    from lib.core.recipes import SweepConfig
+
+    return {field.name: (list(field.default) if isinstance(field.default, tuple) else field.default)
+            for field in dataclasses.fields(SweepConfig)}
+
+
+def _beyond_arithmetic(settings, key: str | None = None):
+    """``settings`` (a run's config, as metrics.json records it) without its number formats, for comparing runs;
+    a ``sweep`` section with its missing fields at their defaults."""
     if isinstance(settings, dict):
-        return {k: _beyond_arithmetic(v) for k, v in settings.items() if k not in ARITHMETIC_KEYS}
+        if key == "sweep":
+            settings = {**_sweep_defaults(), **settings}
+        return {k: _beyond_arithmetic(v, k) for k, v in settings.items() if k not in ARITHMETIC_KEYS}
     if isinstance(settings, list):
         return [_beyond_arithmetic(v) for v in settings]
     return settings
@@ -207,7 +220,7 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the paired one:
     a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is only not
     shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
-    from lib.core.results import compare, t_quantile
+    from lib.core.results import compare, welch_interval
 
     a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
     needed = ("difference", "diff_sd", "pairs", "low", "high")
@@ -219,11 +232,7 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     if seeds_a and seeds_b and len(seeds_a) == len(seeds_b):
         paired = compare(seeds_b, seeds_a)
         return Shift(paired.difference, paired.low, paired.high, mde, True)
-    va, vb = a["diff_sd"] ** 2 / a["pairs"], b["diff_sd"] ** 2 / b["pairs"]
-    se = math.sqrt(va + vb)
-    df = ((va + vb) ** 2 / (va ** 2 / (a["pairs"] - 1) + vb ** 2 / (b["pairs"] - 1)) if se > 0
-          else a["pairs"] + b["pairs"] - 2)
-    half = t_quantile(0.975, df) * se
+    half = welch_interval(a["diff_sd"], a["pairs"], b["diff_sd"], b["pairs"])
     shift = b["difference"] - a["difference"]
     return Shift(shift, shift - half, shift + half, mde, False)
 

@@ -18,9 +18,12 @@ import json
 import math
 from pathlib import Path
 
+from lib.core.recipes import lead_needed
+
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ROOT / "book" / "metrics"
-RECORD_KEYS = {"lr", "weight_decay", "score", "chosen", "extended", "at_edge"}  # the rest of a row names the head
+# What a sweep row says about its candidate; the rest of the row names the head.
+RECORD_KEYS = {"lr", "weight_decay", "score", "chosen", "extended", "at_edge", "lead"}
 
 
 def heads(sweep: list[dict]) -> dict[tuple, list[dict]]:
@@ -41,8 +44,7 @@ def replay(rows: list[dict], default_lr: float, n: int | None, k: float | None) 
     default = next((r for r in judged if math.isclose(r["lr"], default_lr)), None)
     if default is None:
         return best["lr"]
-    margin = k * math.sqrt(best["score"] * (1 - best["score"]) / n)
-    return default["lr"] if best["score"] - default["score"] <= margin else best["lr"]
+    return default["lr"] if best["score"] - default["score"] <= lead_needed(best["score"], n, k) else best["lr"]
 
 
 def validation_images() -> dict[str, int]:
@@ -85,7 +87,7 @@ def main() -> None:
     print("| rule | heads chosen alike in both runs | configured lr kept (shown run, kept run) |")
     print("|---|---|---|")
     for row in steadiness(shown, kept, n):
-        rule = "best score (today)" if row["k"] is None else f"configured lr unless beaten by > {row['k']:g} SE"
+        rule = "the runs' own choices" if row["k"] is None else f"configured lr unless beaten by > {row['k']:g} SE"
         print(f"| {rule} | {row['same']} of {row['heads']} | {row['default_shown']}, {row['default_kept']} |")
 
 

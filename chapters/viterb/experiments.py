@@ -237,7 +237,8 @@ def recipe_for(cfg: Config, chosen: dict, spec: RunSpec) -> TrainSettings | None
 def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures):
     """Each language model's recipe (every text model and pooling a run reads) on each score dataset, chosen over
     ``cfg.sweep`` on that dataset's held-out validation classes, on its class names, first seed, by the mean
-    per-class accuracy of their images among them (:func:`lib.core.recipes.choose`): features of different models
+    per-class accuracy of their images among them (:func:`lib.core.recipes.choose`, which keeps the configured
+    rate unless beaten by ``cfg.sweep.keep_within_se`` standard errors over those images): features of different models
     differ in scale, and one shared learning rate would favour the models it suits; and a recipe chosen on
     11,416 training images (medium) need not suit 192 (emoji). Returns ``{recipe_key: settings}`` and one row per
     candidate."""
@@ -248,9 +249,11 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
             bench = seed_benchmark(cfg, benches, dataset, spec.seed)
             return train_and_score(cfg, bench, feats, spec, train=settings, score_val=True)["val_score"]
 
+        validation_images = len(seed_benchmark(cfg, benches, dataset, cfg.seeds[0]).images("val"))
         found, rows = recipes.choose_each(
             cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]), score,
-            lambda text, dataset=dataset: {"dataset": dataset, "model": label(cfg, text), "pooling": text.pooling})
+            lambda text, dataset=dataset: {"dataset": dataset, "model": label(cfg, text), "pooling": text.pooling},
+            n=validation_images)
         chosen.update({recipe_key(text, dataset): recipe for text, recipe in found.items()})
         record += rows
     return chosen, record

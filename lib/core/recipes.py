@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from lib.core.config import TrainSettings
 
-__all__ = ["SweepConfig", "candidates", "choose", "choose_each", "retrieval_score"]
+__all__ = ["SweepConfig", "candidates", "choose", "choose_each", "lead_needed", "retrieval_score"]
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,17 @@ class SweepConfig:
     lr: tuple[float, ...] = ()
     weight_decay: tuple[float, ...] = ()
     extend: int = 1  # learning rates tried past the grid's edge while the best lies on it (see choose)
+    keep_within_se: float = 0.0  # keep the configured recipe unless beaten by more than this many standard errors
 
     def __post_init__(self) -> None:
         if not isinstance(self.extend, int) or isinstance(self.extend, bool) or self.extend < 0:
             raise ValueError(f"sweep.extend must be a whole number >= 0 (learning rates tried past the grid's edge), "
                              f"got {self.extend!r}")
+        k = self.keep_within_se
+        if not isinstance(k, (int, float)) or isinstance(k, bool) or not math.isfinite(k) or k < 0:
+            raise ValueError(f"sweep.keep_within_se must be a number >= 0 (standard errors by which another "
+                             f"candidate must beat the configured recipe; 0: the best score wins), got {k!r}")
+        object.__setattr__(self, "keep_within_se", float(k))
         for name in ("lr", "weight_decay"):
             values = tuple(getattr(self, name))
             object.__setattr__(self, name, values)
@@ -71,8 +77,14 @@ def retrieval_score(found: dict[str, float]) -> float:
     return (found["image_retrieval_recall@1"] + found["text_retrieval_recall@1"]) / 2
 
 
+def lead_needed(best: float, n: int, k: float) -> float:
+    """The lead over the configured recipe that a candidate with score ``best`` needs to be chosen: ``k`` binomial
+    standard errors of that score over ``n`` validation items, ``k * sqrt(best * (1 - best) / n)``."""
+    return k * math.sqrt(max(best * (1 - best), 0.0) / n)
+
+
 def choose(train: TrainSettings, sweep: SweepConfig,
-           run: Callable[[TrainSettings], float | None]) -> tuple[TrainSettings, list[dict]]:
+           run: Callable[[TrainSettings], float | None], n: int | None = None) -> tuple[TrainSettings, list[dict]]:
     """The candidate whose ``run`` (one training on the first seed) returns the highest validation score, and the
     record of every candidate (``lr``, ``weight_decay``, ``score``, ``chosen``, ``extended``, ``at_edge``).
 
@@ -80,9 +92,19 @@ def choose(train: TrainSettings, sweep: SweepConfig,
     by its own step (the ratio of its two outermost values), with the best's weight decay, up to ``sweep.extend``
     times, while the best stays on the edge; ``at_edge`` marks a choice still on it when the extension is spent. A
     run without a finite score cannot be judged and is never chosen; the earlier candidate wins ties (the
-    configured recipe comes first). No sweep: ``train`` itself, no record."""
+    configured recipe comes first). No sweep: ``train`` itself, no record.
+
+    With ``sweep.keep_within_se`` = k > 0 the configured recipe is kept unless the best beats it by more than
+    :func:`lead_needed` (k standard errors of the best score over the ``n`` validation items the score counts; every
+    row then records that ``lead``). Why: a score on a few validation items moves by one item's worth between two
+    runs that differ only in rounding, and a best-score rule follows that noise to another learning rate
+    (``tools.sweep_steadiness`` measures it); a recipe should leave the configured one only for a lead the
+    validation set can tell from noise."""
     if not sweep.enabled:
         return train, []
+    if sweep.keep_within_se and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ValueError(f"sweep.keep_within_se = {sweep.keep_within_se:g} needs the number of validation items the "
+                         f"score counts (n, a whole number >= 1), got {n!r}: pass it to choose / choose_each")
     record: list[dict] = []
 
     def judge(settings: TrainSettings, extended: bool) -> None:
@@ -111,6 +133,14 @@ def choose(train: TrainSettings, sweep: SweepConfig,
         judge(dataclasses.replace(train, lr=best["lr"] / step if low else best["lr"] * step,
                                   weight_decay=best["weight_decay"]), extended=True)
         best = best_row()
+    if sweep.keep_within_se:
+        lead = lead_needed(best["score"], n, sweep.keep_within_se)
+        configured = next((r for r in record if (r["lr"], r["weight_decay"]) == (train.lr, train.weight_decay)
+                           and r["score"] is not None), None)
+        for row in record:
+            row["lead"] = lead
+        if configured is not None and best["score"] - configured["score"] <= lead:
+            best = configured
     lrs = sorted({r["lr"] for r in record})
     best["chosen"] = True
     best["at_edge"] = len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1])
@@ -119,12 +149,13 @@ def choose(train: TrainSettings, sweep: SweepConfig,
 
 def choose_each(train: TrainSettings, sweep: SweepConfig, methods: Iterable[Hashable],
                 score: Callable[[Hashable, TrainSettings], float | None],
-                describe: Callable[[Hashable], dict]) -> tuple[dict, list[dict]]:
+                describe: Callable[[Hashable], dict], n: int | None = None) -> tuple[dict, list[dict]]:
     """:func:`choose` for every method of a chapter: ``score(method, settings)`` trains one candidate and returns its
-    validation score. Returns ``{method: its recipe}`` and the record of every candidate, each row led by
-    ``describe(method)``'s columns (e.g. ``{"method": "FDT"}``), as one table of the chapter's sweep."""
+    validation score (over ``n`` validation items). Returns ``{method: its recipe}`` and the record of every
+    candidate, each row led by ``describe(method)``'s columns (e.g. ``{"method": "FDT"}``), as one table of the
+    chapter's sweep."""
     chosen, record = {}, []
     for method in methods:
-        chosen[method], rows = choose(train, sweep, functools.partial(score, method))
+        chosen[method], rows = choose(train, sweep, functools.partial(score, method), n)
         record += [{**describe(method), **row} for row in rows]
     return chosen, record

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 __all__ = [
     "RULE", "Summary", "summarise", "Comparison", "compare", "versus", "stuck", "Claim", "Runs", "VERDICTS",
-    "t_quantile", "POWER", "LEVEL",
+    "t_quantile", "welch_interval", "POWER", "LEVEL",
 ]
 
 LEVEL, POWER = 0.95, 0.80
@@ -174,12 +174,22 @@ class Comparison:
         mde = self.mde
         return f"{head}: {interval}, which contains 0" + (f" (MDE {scale * mde:.2f}{points})" if mde else "")
 
+    @property
+    def differences(self) -> tuple[float, ...] | None:
+        """The per-seed differences A − B, in seed order (None when unpaired)."""
+        if not self.paired or self.a.n != self.b.n:
+            return None
+        return tuple(x - y for x, y in zip(self.a.values, self.b.values))
+
     def as_dict(self) -> dict:
-        return {"a": {"mean": self.a.mean, "sd": self.a.sd, "n": self.a.n},
-                "b": {"mean": self.b.mean, "sd": self.b.sd, "n": self.b.n},
+        """The comparison as metrics.json keeps it. The per-seed values and differences are kept beside their
+        summaries, so that two runs of one claim (e.g. in two arithmetics) can be compared seed by seed."""
+        differences = self.differences
+        return {"a": {"mean": self.a.mean, "sd": self.a.sd, "n": self.a.n, "values": list(self.a.values)},
+                "b": {"mean": self.b.mean, "sd": self.b.sd, "n": self.b.n, "values": list(self.b.values)},
                 "margin": self.margin, "outcome": self.outcome, "difference": self.difference, "low": self.low,
                 "high": self.high, "pairs": self.pairs, "paired": self.paired, "diff_sd": self.diff_sd,
-                "mde": self.mde}
+                "mde": self.mde, "differences": None if differences is None else list(differences)}
 
 
 def _interval(differences: Sequence[float]) -> tuple[float | None, Outcome, float | None]:
@@ -193,6 +203,16 @@ def _interval(differences: Sequence[float]) -> tuple[float | None, Outcome, floa
     return half, ("a" if mean - half > 0 else "b" if mean + half < 0 else "unclear"), sd
 
 
+def welch_interval(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
+    """Half-width of Welch's 95 % interval for a difference of two independent means, from each sample's sd and
+    size (Welch–Satterthwaite degrees of freedom). Used where pairing is impossible: unequal seed counts, or two
+    runs that kept only a mean and sd (the results page's arithmetic shift)."""
+    va, vb = sd_a ** 2 / n_a, sd_b ** 2 / n_b
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (n_a - 1)) + (vb ** 2 / (n_b - 1))) if se > 0 else n_a + n_b - 2
+    return t_quantile(0.5 + LEVEL / 2, df) * se
+
+
 def compare(a: Iterable | Summary, b: Iterable | Summary) -> Comparison:
     """:data:`RULE` on per-seed values of A and B, paired seed by seed (value i of A with value i of B: the same
     seed). Two :class:`Summary` objects, or lists of unequal length, cannot be paired: Welch's interval is used."""
@@ -204,10 +224,7 @@ def compare(a: Iterable | Summary, b: Iterable | Summary) -> Comparison:
         return Comparison(a, b, half, outcome, a.n, sd, True)
     if a.sd is None or b.sd is None:
         return Comparison(a, b, None, "unknown", min(a.n, b.n), None, False)
-    va, vb = a.sd ** 2 / a.n, b.sd ** 2 / b.n
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va ** 2 / (a.n - 1)) + (vb ** 2 / (b.n - 1))) if se > 0 else a.n + b.n - 2
-    half = t_quantile(0.5 + LEVEL / 2, df) * se
+    half = welch_interval(a.sd, a.n, b.sd, b.n)
     gap = a.mean - b.mean
     outcome = "a" if gap - half > 0 else "b" if gap + half < 0 else "unclear"
     return Comparison(a, b, half, outcome, min(a.n, b.n), None, False)
