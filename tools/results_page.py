@@ -23,8 +23,8 @@ an error naming the chapter and the key, so the page cannot silently lose a numb
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
 import math
 import re
 import sys
