@@ -384,6 +384,8 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
         shown[pair.shown].append(papers[chapter]["title"])
     which = "the book shows " + " and ".join(f"the {kind} run of {_and(names)}" for kind, names in shown.items()
                                              if names)
+    kept = " or ".join(f"`book/metrics/{kind}/`" for kind in ("float32", "bfloat16")
+                       if any(pair.shown != kind for pair in pairs.values()))
     rule = ("Both runs are judged by the same paired rule." if all(_paired(pair.float32) and _paired(pair.bfloat16)
                                                                    for pair in pairs.values())
             else "Some runs were judged by the earlier, unpaired rule (a gap of means beyond twice the larger seed "
@@ -395,7 +397,7 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
         "The `medium` configs compute in `dtype: auto` and `precision: auto`: bfloat16 where the CPU has bfloat16",
         "units, float32 elsewhere. Each chapter below ran twice with the same data, seeds and splits, once in float32",
         f"throughout and once in `auto` {where}; {which} (the other run's metrics are kept in",
-        "`book/metrics/float32/` or `book/metrics/bfloat16/`). A chapter whose two runs differ in anything but the",
+        f"{kept}). A chapter whose two runs differ in anything but the",
         f"number formats is left out. {rule} Only the arithmetic differs, which moves every number by a little; a",
         "verdict that changes with it sits at the edge of what the runs can decide, and the two intervals show by how",
         "much.",
