@@ -312,7 +312,10 @@ print(fdt.build_pooled(cfg.baseline, image_dim, text_dim) if not cfg.towers else
 # **A recipe per head.** FDT and the pooled head each get their own learning rate, chosen on the validation
 # concepts (never the unseen ones) from the config's `sweep:` grid, on the first seed, by retrieval R@1 between
 # the validation images and captions (`lib.core.recipes.choose`); the variants take FDT's. A comparison between the heads is then between
-# tuned heads, not between a recipe and the head it happens to suit.
+# tuned heads, not between a recipe and the head it happens to suit. In `medium` the configured 1e-3 is kept unless a
+# candidate beats it by two standard errors of R@1 over the validation pairs (`sweep.keep_within_se`, as in ViTeRB;
+# the table's "lead needed" column): a smaller lead is what rounding alone moves, and would make the other arithmetic
+# choose another rate.
 
 # %%
 chosen, sweep_rows = fdt.choose_recipes(cfg, bench, feats) if not quick else ({}, [])

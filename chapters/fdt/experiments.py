@@ -216,8 +216,9 @@ def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tuple[dict[str, TrainSettings], list]:
     """Each head's recipe (``fdt``, ``pooled``) chosen over ``cfg.sweep`` by retrieval R@1 on the validation pairs,
-    first seed (:func:`lib.core.recipes.choose`); the variants take FDT's. Returns the recipes and one row per
-    candidate."""
+    first seed (:func:`lib.core.recipes.choose`, which keeps the configured rate unless beaten by
+    ``cfg.sweep.keep_within_se`` standard errors over those pairs); the variants take FDT's. Returns the recipes and
+    one row per candidate."""
 
     def score(kind: str, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
         _, head, _, _, seqs = _fit_head(cfg, bench, feats, kind, cfg.seeds[0], None, None, settings)
@@ -226,7 +227,7 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures) -> tup
                                                  device=cfg.device))
 
     return recipes.choose_each(cfg.train, cfg.sweep, ("fdt", "pooled"), score,
-                               lambda kind: {"method": "FDT" if kind == "fdt" else "pooled"})
+                               lambda kind: {"method": "FDT" if kind == "fdt" else "pooled"}, n=len(bench.val))
 
 
 def run_all(cfg: Config, bench: Benchmark, feats: ChapterFeatures, *, quick: bool = False,
