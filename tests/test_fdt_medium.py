@@ -83,9 +83,12 @@ def test_the_medium_sweep_keeps_the_configured_rate_unless_a_lead_clears_two_sta
                 ({3e-4: 0.00348, 1e-3: 0.00455, 3e-3: 0.00482, 9e-3: 0.00562}, 1e-3),
                 ({3e-4: 0.002946, 1e-3: 0.004285, 3e-3: 0.008570, 9e-3: 0.003749}, 3e-3)]
     for scores, kept in recorded:
-        chosen, _ = recipes.choose(cfg.train, cfg.sweep, lambda t, s=scores: s[round(t.lr, 6)], n=1867)
+        def score(settings, scores=scores):
+            return scores[round(settings.lr, 6)]
+
+        chosen, _ = recipes.choose(cfg.train, cfg.sweep, score, n=1867)
         assert chosen.lr == kept
-        best, _ = recipes.choose(cfg.train, recipes.SweepConfig(lr=cfg.sweep.lr), lambda t, s=scores: s[round(t.lr, 6)])
+        best, _ = recipes.choose(cfg.train, recipes.SweepConfig(lr=cfg.sweep.lr), score)
         assert round(best.lr, 6) == max(scores, key=scores.get)  # the best-score rule follows any lead
     # choose_recipes hands the rule the number of validation pairs its score counts
     seen = {}
