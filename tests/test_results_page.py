@@ -173,6 +173,26 @@ def test_the_stability_table_sets_each_verdict_beside_the_float32_runs(tmp_path)
     assert "the book shows the float32 run of Chapter A" in section
 
 
+def test_chapters_run_on_different_bfloat16_units_are_named_per_group(tmp_path):
+    """Runs from two machines (AMX and AVX512-BF16) are both bfloat16, but the page says which chapter ran where
+    rather than hiding the difference behind one word."""
+    now, before = tmp_path / "now", tmp_path / "before"
+    now.mkdir(), before.mkdir()
+    units = {"a": ["avx512_bf16"], "b": ["avx512_bf16"], "c": ["amx_bf16", "avx512_bf16"]}
+    for chapter, found in units.items():
+        for path, dtype, precision in ((now, "auto", "auto"), (before, "float32", "fp32")):
+            path.joinpath(f"{chapter}.json").write_text(json.dumps({
+                "config": "medium",
+                "arithmetic": {"cpu_bf16_units": found, "auto_dtype": "bfloat16", "auto_precision": "bf16"},
+                "settings": {"seeds": [0, 1, 2], "text": [{"name": "m", "dtype": dtype}],
+                             "train": {"precision": precision}},
+                "claims": [{"id": "x", "statement": "claim x", "verdict": "reproduced"}]}))
+    papers = {c: {"title": f"Chapter {c.upper()}"} for c in units}
+    section = "\n".join(results_page.stability_section(papers, list(units), now, before))
+    assert ("resolved to bfloat16 features and bf16 training (the CPU's bfloat16 units: avx512_bf16 for Chapter A "
+            "and Chapter B; amx_bf16, avx512_bf16 for Chapter C)") in section
+
+
 def test_a_verdict_that_moves_shows_both_intervals_and_whether_they_overlap():
     def claim(verdict, low, high):
         return {"verdict": verdict, "scale": 100.0, "unit": " %",

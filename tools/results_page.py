@@ -368,6 +368,34 @@ def _paired(metrics: dict) -> bool:
                for c in metrics.get("claims", []))
 
 
+def _auto_resolved(papers: dict, pairs: dict) -> str:
+    """What ``auto`` resolved to in the bfloat16 runs, naming the CPU's bfloat16 units; chapters that ran on
+    different units (runs from different machines) are named per group, so the page never hides a difference."""
+    groups: dict[str, list[str]] = {}
+    resolved: dict[str, dict] = {}  # the same key -> the arithmetic record it was made from
+    for chapter, pair in pairs.items():
+        key = json.dumps(pair.bfloat16.get("arithmetic"), sort_keys=True)
+        groups.setdefault(key, []).append(chapter)
+        resolved[key] = pair.bfloat16.get("arithmetic")
+    if not all(isinstance(r, dict) and {"auto_dtype", "auto_precision", "cpu_bf16_units"} <= set(r)
+               for r in resolved.values()):
+        return "bfloat16"
+    formats = {(r["auto_dtype"], r["auto_precision"]) for r in resolved.values()}
+    if len(formats) != 1:
+        return "bfloat16"
+    dtype, precision = formats.pop()
+
+    def units(key: str) -> str:
+        return ", ".join(resolved[key]["cpu_bf16_units"]) or "none"
+
+    if len(groups) == 1:
+        which = units(next(iter(groups)))
+    else:
+        which = "; ".join(f"{units(key)} for {_and([papers[c]['title'] for c in chapters])}"
+                          for key, chapters in groups.items())
+    return f"resolved to {dtype} features and {precision} training (the CPU's bfloat16 units: {which})"
+
+
 def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[str]:
     """The page's last section: :func:`stability_rows` as a table, with the counts in a sentence."""
     pairs = arithmetic_pairs(chapters, metrics_dir, reference_dirs)
@@ -375,10 +403,7 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     rows = _pair_rows(papers, claim_pairs)
     if not rows:
         return []
-    units = {json.dumps(pair.bfloat16.get("arithmetic"), sort_keys=True) for pair in pairs.values()}
-    resolved = json.loads(units.pop()) if len(units) == 1 else None
-    where = (f"resolved to {resolved['auto_dtype']} features and {resolved['auto_precision']} training (the CPU's "
-             f"bfloat16 units: {', '.join(resolved['cpu_bf16_units']) or 'none'})" if resolved else "bfloat16")
+    where = _auto_resolved(papers, pairs)
     shown = {"float32": [], "bfloat16": []}
     for chapter, pair in pairs.items():
         shown[pair.shown].append(papers[chapter]["title"])
