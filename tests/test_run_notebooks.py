@@ -93,6 +93,28 @@ def test_the_injected_parameters_cell_is_removed_and_nothing_else():
     assert [c.source for c in kept.cells] == ['config = "small"', "print(config)"]
 
 
+def test_each_cells_seconds_are_recorded_slowest_first_outside_the_committed_notebook(tmp_path, monkeypatch, capsys):
+    def timed(source, seconds, kind="code"):
+        make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
+        return make(source, metadata={} if seconds is None else {"papermill": {"duration": seconds}})
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        timed("import x", 0.25), timed("# Features\n\nfound = materialise(plan)", 754.04),
+        timed("## prose", 0.0, kind="markdown"), timed("runs = train_all()", 483.3), timed("never run", None)])
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+    out = run_notebooks.record_cell_seconds(notebook, tmp_path / "notebooks" / "flame.py", "medium")
+    assert out == tmp_path / "runs" / "flame" / "cells.json"
+    recorded = json.loads(out.read_text())
+    assert recorded["chapter"] == "flame" and recorded["config"] == "medium"
+    assert recorded["cells"] == [
+        {"cell": 1, "seconds": 754.0, "first_line": "# Features"},
+        {"cell": 3, "seconds": 483.3, "first_line": "runs = train_all()"},
+        {"cell": 0, "seconds": 0.2, "first_line": "import x"}]  # markdown and unexecuted cells carry no time
+    assert not list(out.parent.glob(".*.tmp"))
+    assert "flame: slowest cells: cell 1 754 s (# Features); cell 3 483 s" in capsys.readouterr().out
+    assert "papermill" in notebook.cells[1].metadata  # recording leaves the notebook as it was
+
+
 @pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
 def test_the_committed_notebook_shows_the_config_the_book_names(source):
     shown = run_notebooks.shown_configs()[source.stem]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from lib.core import atomic
 from tools.run_notebooks import KERNEL, ROOT, config_section, shown_configs
 
 FORMATS = {"float32": {"dtype": "float32", "precision": "fp32"},
@@ -83,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if not stale.is_file():
         raise SystemExit(f"{args.chapter} ran but wrote no {stale}: its last cells write metrics.json")
     kept = ROOT / "book" / "metrics" / args.arithmetic / f"{args.chapter}.json"
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    partial = kept.with_suffix(".json.partial")
-    shutil.copyfile(stale, partial)
-    partial.replace(kept)  # atomic: a kept run is whole or absent
+    atomic.write_bytes(kept, stale.read_bytes())  # a kept run is whole or absent
     print(f"kept {kept.relative_to(ROOT)} (executed notebook: {out / (args.chapter + '.ipynb')})")
     return 0
 

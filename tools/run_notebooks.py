@@ -24,7 +24,8 @@ side only read what they built; the feature store locks its own entries (``lib.c
 After a successful run the chapter's ``metrics.json`` (written by its last cells into
 ``runs/<chapter>/``) is copied to ``book/metrics/<chapter>.json``, next to the executed notebook in the
 repository, so the results page (``tools/results_page.py``) shows the numbers of the very run the book
-renders. A notebook that did not write a fresh ``metrics.json`` fails the run.
+renders. A notebook that did not write a fresh ``metrics.json`` fails the run. Each cell's seconds go to
+``runs/<chapter>/cells.json`` (:func:`record_cell_seconds`): where the chapter's time went, on this machine.
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ import hashlib
 import multiprocessing
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -45,7 +45,7 @@ import nbformat
 import papermill
 import yaml
 
-from lib.core import code_closure
+from lib.core import atomic, code_closure
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "frozen-lip"
@@ -157,6 +157,31 @@ def longest_first(sources: list[Path]) -> list[Path]:
     return sorted(sources, key=lambda source: -last_seconds(source))
 
 
+def cell_seconds(notebook) -> list[dict]:
+    """Each executed code cell's wall-clock seconds (papermill's ``duration``), the slowest first, with the cell's
+    position among the notebook's cells and its first line. Why: the committed notebook drops papermill's metadata
+    (it would change every cell on every run), yet where a chapter's time goes is what decides how to make the
+    book cheaper (a feature cell, a sweep, the seeds); see the README's budgets."""
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        seconds = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        if cell.get("cell_type") == "code" and isinstance(seconds, (int, float)):
+            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            found.append({"cell": index, "seconds": round(float(seconds), 1), "first_line": first[:100]})
+    return sorted(found, key=lambda c: -c["seconds"])
+
+
+def record_cell_seconds(notebook, source: Path, config: str) -> Path:
+    """Write :func:`cell_seconds` of an executed chapter to ``runs/<chapter>/cells.json`` (beside its
+    ``metrics.json``; not committed: the time is this machine's) and print its three slowest cells."""
+    cells = cell_seconds(notebook)
+    out = ROOT / "runs" / source.stem / "cells.json"
+    atomic.write_json(out, {"chapter": source.stem, "config": config, "cells": cells})  # never half a file
+    slowest = "; ".join(f"cell {c['cell']} {c['seconds']:.0f} s ({c['first_line'][:40]})" for c in cells[:3])
+    print(f"{source.stem}: slowest cells: {slowest or 'none timed'} (all in {out.relative_to(ROOT)})", flush=True)
+    return out
+
+
 def run(source: Path, force: bool, config: str = "small") -> float:
     """Execute one chapter in ``config`` unless it is current; returns the seconds it took (0 when skipped)."""
     notebook_path = source.with_suffix(".ipynb")
@@ -178,6 +203,7 @@ def run(source: Path, force: bool, config: str = "small") -> float:
         print(f"{source.stem}: FAILED; the executed notebook with the error is {partial}", file=sys.stderr)
         raise
     executed = without_injected_parameters(nbformat.read(partial, as_version=4))
+    record_cell_seconds(executed, source, config)
     executed.metadata.pop("papermill", None)
     for cell in executed.cells:
         cell.metadata.pop("papermill", None)
@@ -187,10 +213,7 @@ def run(source: Path, force: bool, config: str = "small") -> float:
     if not metrics.is_file() or metrics.stat().st_mtime < start:
         raise RuntimeError(f"{source.stem}: the run wrote no fresh {metrics}; its results cell must write metrics.json")
     nbformat.write(executed, notebook_path)  # only a complete run replaces the committed notebook
-    copy = ROOT / "book" / "metrics" / f"{source.stem}.json"
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(metrics, copy.with_name(f".{copy.name}.tmp"))
-    copy.with_name(f".{copy.name}.tmp").replace(copy)  # atomic
+    atomic.write_bytes(ROOT / "book" / "metrics" / f"{source.stem}.json", metrics.read_bytes())  # never half a file
     partial.unlink()
     seconds = time.time() - start
     print(f"{source.stem}: executed in the {config} config in {seconds:.0f} s "
