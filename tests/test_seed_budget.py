@@ -1,0 +1,60 @@
+"""tools.seed_budget: each claim judged again on its first k paired seeds, in both arithmetics."""
+import json
+
+import pytest
+
+from lib.core.results import Claim, compare
+from tools import seed_budget
+
+
+def record(claim_id: str, differences: list[float], expected: str = "a", paper_pair=None, **extra) -> dict:
+    """A metrics.json claim whose per-seed A − B are ``differences`` (B is 0.5 on every seed)."""
+    b = [0.5] * len(differences)
+    claim = Claim(id=claim_id, statement=claim_id, reference="§1", names=("A", "B"), expected=expected,
+                  comparison=compare([0.5 + d for d in differences], b),
+                  paper_pair=tuple(paper_pair) if paper_pair else None)
+    return {**claim.as_dict(), **extra}
+
+
+def test_a_claim_on_its_first_k_seeds_is_the_rule_on_those_seeds_only():
+    full = record("x", [0.02, 0.01, 0.021, 0.019, 0.02, 0.022])
+    again = seed_budget.claim_on_first(full, 6)
+    assert again.verdict == full["verdict"] == "reproduced"
+    assert again.comparison.difference == pytest.approx(full["comparison"]["difference"])
+    two = seed_budget.claim_on_first(full, 2)
+    assert two.comparison.pairs == 2 and two.comparison.difference == pytest.approx(0.015)
+    assert two.verdict == "inconclusive"  # +0.02 and +0.01 on two seeds: t(1) makes the interval hold 0
+
+
+def test_fewest_is_where_every_longer_prefix_gives_the_full_verdict_in_both_arithmetics():
+    # Shown run: reproduced from 3 seeds on. Kept run (the other arithmetic): only from 5 on.
+    shown = {"claims": [record("x", [0.02, 0.01, 0.021, 0.019, 0.02, 0.022])]}
+    kept = {"claims": [record("x", [0.02, 0.0, 0.021, 0.019, 0.02, 0.022])]}
+    [alone] = seed_budget.budget("ch", shown, None)
+    [both] = seed_budget.budget("ch", shown, kept)
+    assert alone.by_seeds == {"shown": ["inconclusive"] + ["reproduced"] * 4} and alone.fewest == 3
+    assert both.by_seeds["kept"] == ["inconclusive"] * 3 + ["reproduced"] * 2 and both.fewest == 5
+    assert both.seeds == 6 and both.verdict == "reproduced"
+    # a kept run with another seed count cannot be matched prefix by prefix: the shown run decides alone
+    shorter = {"claims": [record("x", [0.02, 0.0, 0.021, 0.019, 0.02])]}
+    assert seed_budget.budget("ch", shown, shorter)[0].fewest == 3
+
+
+def test_the_mde_grows_as_seeds_are_dropped_and_claims_not_judged_over_seeds_are_skipped():
+    assert seed_budget._mde_factor(10, 10) == pytest.approx(1.0)
+    assert seed_budget._mde_factor(10, 5) > (10 / 5) ** 0.5 > 1  # fewer pairs: a wider t and a larger SE
+    rank = record("rho", [0.1, 0.2, 0.3])
+    rank["comparison"]["rho"] = 0.4  # a rank correlation over models: not a paired rule over seeds
+    steady = record("s", [0.02, 0.021, 0.019, 0.02], paper_pair=(50.0, 40.0))
+    rows = seed_budget.budget("ch", {"claims": [rank, steady]}, None)
+    assert [r.claim for r in rows] == ["s"]
+    assert rows[0].fewest == 2 and rows[0].smallest_effect == pytest.approx(100 * 0.25 * 0.5)
+
+
+def test_the_command_prints_one_row_per_claim_and_names_a_missing_chapter(tmp_path, capsys):
+    (tmp_path / "ch.json").write_text(json.dumps({"claims": [record("x", [0.02, 0.021, 0.019])]}))
+    assert seed_budget.main(["--metrics", str(tmp_path), "ch"]) == 0
+    out = capsys.readouterr().out
+    assert "| ch | x | reproduced | 3 | 2 |" in out and "- ch: 2 of 3 seeds keep all 1 verdicts" in out
+    with pytest.raises(SystemExit, match="no .*other.json"):
+        seed_budget.main(["--metrics", str(tmp_path), "other"])
