@@ -318,7 +318,10 @@ display(notebook.show_source(FlameProjector), notebook.show_source(facet_clip_lo
 # (`lib.core.recipes.choose`; a first version chose by the validation loss, which fell steadily up to lr 0.027,
 # where FLAME's embeddings had collapsed onto a few hubs); every later run of the method (seeds, the prompt and loss ablations, the data-size
 # curve) takes it. A frozen LLM read through fixed prompts and a text tower learning from nothing need not like
-# the same step size.
+# the same step size, but a lead counts only when the validation pairs can tell it from noise: the configured
+# rate stays unless a candidate beats it by `sweep.keep_within_se` (2) binomial standard errors of its R@1
+# (the *lead needed* column). Under the plain best-score rule the bfloat16 and float32 runs of this chapter gave the
+# scratch tower different rates (9e-3 and 1e-3) on half-point leads over 500 pairs, i.e. on rounding.
 
 # %%
 kinds = ["flame", *[b.name for b in cfg.baselines], "scratch"]

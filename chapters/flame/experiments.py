@@ -257,7 +257,8 @@ def run(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: 
 
 def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kinds) -> tuple[dict, list[dict]]:
     """Each method's recipe chosen over ``cfg.sweep`` on the validation pairs, first seed, by their retrieval R@1
-    (:func:`lib.core.recipes.choose`). Returns ``{kind: the config with that recipe}`` (what every
+    (:func:`lib.core.recipes.choose`, which keeps the configured rate unless beaten by ``cfg.sweep.keep_within_se``
+    standard errors over those pairs). Returns ``{kind: the config with that recipe}`` (what every
     later run of the method takes: seeds, ablations, data-size curve) and one row per candidate."""
     def score(kind, settings: TrainSettings) -> float:  # validation retrieval R@1, both directions
         return train_and_evaluate(dataclasses.replace(cfg, train=settings), bench, feats, kind, cfg.seeds[0],
@@ -266,7 +267,7 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kinds)
     def describe(kind) -> dict:
         return {"method": kind if kind in ("flame", "scratch") else f"sharelock/{short(kind)}"}
 
-    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, kinds, score, describe)
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, kinds, score, describe, n=len(feats.image("val")))
     return {kind: dataclasses.replace(cfg, train=best) for kind, best in chosen.items()}, record
 
 
