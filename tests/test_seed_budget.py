@@ -41,14 +41,16 @@ def test_fewest_is_where_every_longer_prefix_gives_the_full_verdict_in_both_arit
 
 
 def test_the_mde_grows_as_seeds_are_dropped_and_claims_not_judged_over_seeds_are_skipped():
-    assert seed_budget._mde_factor(10, 10) == pytest.approx(1.0)
-    assert seed_budget._mde_factor(10, 5) > (10 / 5) ** 0.5 > 1  # fewer pairs: a wider t and a larger SE
+    late = record("late", [0.02, -0.01, 0.021, 0.019, 0.02, 0.022])  # reproduced on all 6 seeds only
+    [at_all] = seed_budget.budget("ch", {"claims": [late]}, None)
+    assert at_all.fewest == 6 and at_all.mde_at_fewest == pytest.approx(100 * late["mde"])
     rank = record("rho", [0.1, 0.2, 0.3])
     rank["comparison"]["rho"] = 0.4  # a rank correlation over models: not a paired rule over seeds
     steady = record("s", [0.02, 0.021, 0.019, 0.02], paper_pair=(50.0, 40.0))
     rows = seed_budget.budget("ch", {"claims": [rank, steady]}, None)
     assert [r.claim for r in rows] == ["s"]
     assert rows[0].fewest == 2 and rows[0].smallest_effect == pytest.approx(100 * 0.25 * 0.5)
+    assert rows[0].mde_at_fewest > 100 * steady["mde"] * (4 / 2) ** 0.5  # fewer pairs: a wider t and a larger SE
 
 
 def test_the_command_prints_one_row_per_claim_and_names_a_missing_chapter(tmp_path, capsys):
@@ -58,3 +60,20 @@ def test_the_command_prints_one_row_per_claim_and_names_a_missing_chapter(tmp_pa
     assert "| ch | x | reproduced | 3 | 2 |" in out and "- ch: 2 of 3 seeds keep all 1 verdicts" in out
     with pytest.raises(SystemExit, match="no .*other.json"):
         seed_budget.main(["--metrics", str(tmp_path), "other"])
+
+
+def test_a_kept_run_is_read_only_where_the_results_page_pairs_it_with_the_shown_run(tmp_path):
+    """The other arithmetic's run counts only as the same experiment (tools.results_page.arithmetic_pairs): a kept
+    run with other seeds, say, judges other runs, and its prefixes say nothing about the shown one."""
+    def metrics(dtype: str, seeds: list[int]) -> dict:
+        return {"config": "medium", "settings": {"seeds": seeds, "text": [{"name": "m", "dtype": dtype}]},
+                "claims": [record("x", [0.02, 0.021, 0.019][: len(seeds)])]}
+
+    (tmp_path / "float32").mkdir()
+    (tmp_path / "ch.json").write_text(json.dumps(metrics("bfloat16", [0, 1, 2])))
+    (tmp_path / "float32" / "ch.json").write_text(json.dumps(metrics("float32", [0, 1, 2])))
+    shown, kept = seed_budget.load("ch", tmp_path)
+    assert kept["settings"]["text"][0]["dtype"] == "float32"
+    assert set(seed_budget.budget("ch", shown, kept)[0].by_seeds) == {"shown", "kept"}
+    (tmp_path / "float32" / "ch.json").write_text(json.dumps(metrics("float32", [0, 1])))
+    assert seed_budget.load("ch", tmp_path)[1] is None

@@ -4,7 +4,8 @@ Why: the medium book from an empty store costs about two and a half hours on two
 large part of it (README, budgets). A run is deterministic per seed, so a config with ``seeds: [0, ..., k-1]`` would
 train exactly the first k of the runs already recorded (the recipe sweep runs on the first seed either way): the
 verdict it would give is :data:`lib.core.results.RULE` on the first k per-seed values of each claim, which this tool
-computes from ``book/metrics/<chapter>.json`` and the float32 kept run beside it. Nothing is trained.
+computes from ``book/metrics/<chapter>.json`` and the kept run in the other arithmetic, where the results page
+accepts it as the same experiment (:func:`tools.results_page.arithmetic_pairs`). Nothing is trained.
 
 It reads no further than that. The fewest seeds found here keep the verdicts *on these runs*; they are chosen after
 seeing the data, so a fresh run at that count would decide less often than this table suggests: each row's MDE at k
@@ -15,15 +16,13 @@ seeds (80 % power, the spread measured over all seeds) says how much less.
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from lib.core.results import LEVEL, POWER, Claim, compare, t_quantile
-
-ROOT = Path(__file__).resolve().parents[1]
-METRICS = ROOT / "book" / "metrics"
-CHAPTERS = ("sharelock", "viterb", "flame", "three_towers", "fdt")
+from lib.core.results import Claim, compare
+from tools.results_page import METRICS, arithmetic_pairs, load_metrics
+from tools.run_notebooks import chapters as chapter_sources
 
 
 def claim_on_first(record: dict, k: int) -> Claim:
@@ -79,8 +78,7 @@ def budget(chapter: str, shown: dict, kept: dict | None) -> list[Budget]:
         while fewest > 2 and all(v[fewest - 3] == v[-1] for v in by_seeds.values()):
             fewest -= 1
         whole = claim_on_first(record, n)
-        mde = whole.comparison.mde
-        mde_at = None if mde is None else mde * _mde_factor(n, fewest)
+        mde_at = dataclasses.replace(whole.comparison, pairs=fewest).mde  # the rule's MDE, fewer pairs, same spread
         smallest = whole.smallest_effect
         out.append(Budget(chapter, record["id"], n, whole.verdict, by_seeds, fewest,
                           None if mde_at is None else whole.scale * mde_at,
@@ -88,21 +86,15 @@ def budget(chapter: str, shown: dict, kept: dict | None) -> list[Budget]:
     return out
 
 
-def _mde_factor(n: int, k: int) -> float:
-    """The MDE at k paired seeds over the MDE at n, at the same spread of the differences: the rule's multiplier
-    ``(t_{0.975} + t_{0.80})`` with k − 1 degrees of freedom over sqrt(k), against the same at n."""
-    def multiplier(m: int) -> float:
-        return (t_quantile(0.5 + LEVEL / 2, m - 1) + t_quantile(POWER, m - 1)) / m ** 0.5
-
-    return multiplier(k) / multiplier(n)
-
-
 def load(chapter: str, metrics_dir: Path = METRICS) -> tuple[dict, dict | None]:
-    """A chapter's shown metrics and its float32 kept run (None when absent)."""
-    shown = json.loads((metrics_dir / f"{chapter}.json").read_text(encoding="utf-8"))
-    kept_path = metrics_dir / "float32" / f"{chapter}.json"
-    kept = json.loads(kept_path.read_text(encoding="utf-8")) if kept_path.is_file() else None
-    return shown, kept
+    """A chapter's shown metrics and its kept run in the other arithmetic (``float32/`` or ``bfloat16/`` beside
+    them), or None where there is none that :func:`tools.results_page.arithmetic_pairs` accepts: a kept run of
+    another config or of a changed experiment judges other runs, and its prefixes say nothing about these."""
+    shown = load_metrics(chapter, metrics_dir)
+    pair = arithmetic_pairs([chapter], metrics_dir, (metrics_dir / "float32", metrics_dir / "bfloat16")).get(chapter)
+    if pair is None:
+        return shown, None
+    return shown, pair.bfloat16 if pair.shown == "float32" else pair.float32
 
 
 def table(rows: list[Budget]) -> list[str]:
@@ -124,7 +116,7 @@ def table(rows: list[Budget]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metrics", type=Path, default=METRICS, help="the folder with <chapter>.json and float32/")
-    parser.add_argument("chapters", nargs="*", default=list(CHAPTERS))
+    parser.add_argument("chapters", nargs="*", default=[source.stem for source in chapter_sources()])
     args = parser.parse_args(argv)
     rows = []
     for chapter in args.chapters:
