@@ -55,6 +55,7 @@ def test_the_command_runs_the_shown_config_into_the_scratch_folder(tmp_path):
     line = kept_run.command("fdt", "float32", tmp_path)
     assert line[line.index("config") + 1] == shown_configs()["fdt"]
     assert line[line.index("output_dir") + 1] == str(tmp_path) and line[2] == str(tmp_path / "fdt.ipynb")
+    assert line[1] == str(tmp_path / "fdt.source.ipynb")  # written from notebooks/fdt.py when the run starts
     assert "precision: fp32" in line[line.index("overrides") + 1]
 
 

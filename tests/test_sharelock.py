@@ -156,7 +156,7 @@ def test_curve_fractions_outside_zero_one_are_refused():
 
 def _row(text, head, seed, size, acc, best=100, control=""):
     return {"text": text, "vision": "v", "head": head, "seed": seed, "control": control, "train_pairs": size,
-            "best_step": best, "first_eval": 20, "u/acc1": acc}
+            "curve_size": size, "best_step": best, "first_eval": 20, "u/acc1": acc}
 
 
 def test_stuck_runs_are_those_whose_best_step_is_the_first_evaluation():

@@ -8,8 +8,9 @@ Why a command: a kept run must differ from the shown run in the number formats o
 run whose settings differ in anything else: ``tools.results_page.arithmetic_pairs``), so its overrides are derived
 from the shown config rather than written by hand: every ``dtype: auto`` becomes ``float32`` or ``bfloat16`` and
 every ``precision: auto`` ``fp32`` or ``bf16``; explicit settings (a LiT tower held in fp32, a third tower held in
-float32) stay as the config says. The notebook runs with papermill into ``--out`` (a scratch folder; the committed
-notebook is not touched), then its ``metrics.json`` is copied into ``book/metrics/<arithmetic>/``.
+float32) stay as the config says. The notebook, made from the chapter's ``.py`` source, runs with papermill into
+``--out`` (a scratch folder; the committed notebook is not touched), then its ``metrics.json`` is copied into
+``book/metrics/<arithmetic>/``.
 """
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ def overrides(section: dict, arithmetic: str) -> dict:
     return {key: fixed[key] for key in section if fixed[key] != section[key]}
 
 
+def source_notebook(chapter: str, out: Path) -> Path:
+    """Where the kept run's input notebook is written: ``<out>/<chapter>.source.ipynb``, made from the chapter's
+    ``.py`` source (jupytext) when the run starts. Why not the committed ``.ipynb``: a chapter whose source changed is
+    re-executed and kept in the other arithmetic side by side, and the kept run must run the new source."""
+    return out / f"{chapter}.source.ipynb"
+
+
 def command(chapter: str, arithmetic: str, out: Path) -> list[str]:
     """The papermill command line of the kept run."""
     config = shown_configs()[chapter]
@@ -57,7 +65,7 @@ def command(chapter: str, arithmetic: str, out: Path) -> list[str]:
         raise SystemExit(f"{chapter}'s {config} config names no `auto` number format: its runs are in one arithmetic "
                          "whatever the machine, so there is no other arithmetic to keep")
     papermill = str(Path(sys.executable).with_name("papermill"))
-    return [papermill, str(ROOT / "notebooks" / f"{chapter}.ipynb"), str(out / f"{chapter}.ipynb"), "-k", KERNEL,
+    return [papermill, str(source_notebook(chapter, out)), str(out / f"{chapter}.ipynb"), "-k", KERNEL,
             "--cwd", str(ROOT), "-p", "config", config, "-p", "output_dir", str(out),
             "-p", "overrides", yaml.safe_dump(changes, default_flow_style=True, width=10_000).strip()]
 
@@ -76,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(line))
         return 0
     out.mkdir(parents=True, exist_ok=True)
+    import jupytext
+
+    jupytext.write(jupytext.read(ROOT / "notebooks" / f"{args.chapter}.py"), source_notebook(args.chapter, out))
     stale = out / "metrics.json"
     if stale.exists():
         stale.unlink()  # so that a failed run cannot leave an earlier metrics.json to be copied

@@ -32,6 +32,7 @@ from chapters.sharelock.experiments import (
     metric_labels,
     prompt_sets,
     recipe_key,
+    seed_benchmark,
     setting_label,
     share_words,
     short,
@@ -50,9 +51,9 @@ from chapters.sharelock.verdicts import (
 )
 
 __all__ = [
-    "NAME", "LiTConfig", "Config", "load_config", "benchmark", "short", "metric_labels", "HEAD_LABELS",
-    "setting_label", "prompt_sets", "feature_plan", "ChapterFeatures", "grid", "build", "train_and_evaluate",
-    "choose_recipes", "recipe_key", "train_lit", "held_out_groups", "stuck_runs", "data_size_curve", "HEADS",
-    "curve_frame", "style_diagnostics", "matched_rows", "share_words", "curve_texts",
+    "NAME", "LiTConfig", "Config", "load_config", "benchmark", "seed_benchmark", "short", "metric_labels",
+    "HEAD_LABELS", "setting_label", "prompt_sets", "feature_plan", "ChapterFeatures", "grid", "build",
+    "train_and_evaluate", "choose_recipes", "recipe_key", "train_lit", "held_out_groups", "stuck_runs",
+    "data_size_curve", "HEADS", "curve_frame", "style_diagnostics", "matched_rows", "share_words", "curve_texts",
     "claims", "findings", "head_comparison", "method_diagram",
 ]

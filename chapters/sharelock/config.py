@@ -44,6 +44,9 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     device: str = "cpu"
     seeds: tuple[int, ...] = (0,)
+    # each seed trains and tests on the concept split it draws (corpora.medium_seeds; medium only): the paired
+    # interval over seeds then holds the split's variance too, and no verdict rests on one split
+    split_per_seed: bool = False
     curve_fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)  # the data-size curve's shares of the training pairs
     curve_seeds: int | None = None  # the data-size curve runs the first this many seeds (None: all of them)
     lit: LiTConfig = field(default_factory=LiTConfig)  # the LiT baseline (trained when ``lit.enabled``)
@@ -54,6 +57,12 @@ class Config:
             raise ValueError(f"curve_fractions must be shares of the training pairs in (0, 1], e.g. [0.25, 1.0]; "
                              f"got {list(self.curve_fractions)}")
         chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
+        if self.split_per_seed and self.data.corpus != "medium":
+            raise ValueError(f"split_per_seed draws the medium corpus's concept split per seed; data.corpus is "
+                             f"{self.data.corpus!r}: set `split_per_seed: false` (or drop it)")
+        if self.split_per_seed and self.data.limit is not None:
+            raise ValueError(f"data.limit = {self.data.limit} keeps the first training rows of the committed split, "
+                             "which a split drawn per seed cannot honour: drop `limit` or set `split_per_seed: false`")
 
     @property
     def curve_run_seeds(self) -> tuple[int, ...]:

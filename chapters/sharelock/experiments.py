@@ -20,8 +20,27 @@ from lib.methods.sharelock import ShareLock
 
 
 def benchmark(cfg: Config) -> Benchmark:
-    """Training, validation and retrieval pairs and the zero-shot sets (``corpora.datasets``)."""
+    """Training, validation and retrieval pairs and the zero-shot sets (``corpora.datasets``), under the committed
+    split: the sets the feature plan reads, and the split of the first seed (:func:`seed_benchmark`)."""
     return benchmarks.build(cfg.data)
+
+
+def seed_benchmark(cfg: Config, bench: Benchmark, seed: int) -> Benchmark:
+    """The benchmark a run of ``seed`` trains and tests on: with ``split_per_seed`` (medium) the concept split
+    that seed draws (``corpora.medium_seeds``: whole families to seen / val / unseen; seed 0 draws the committed
+    split), the same set names with other rows; else ``bench`` itself. Its features are the plan's rows, read by
+    id and text (:class:`ChapterFeatures`)."""
+    if not cfg.split_per_seed:
+        return bench
+    key = (id(bench), seed)
+    if key not in _SEED_BENCHES:
+        from corpora import medium_seeds
+
+        _SEED_BENCHES[key] = (bench, medium_seeds.benchmark(cfg.data, bench, seed))
+    return _SEED_BENCHES[key][1]
+
+
+_SEED_BENCHES: dict[tuple, tuple[Benchmark, Benchmark]] = {}  # keeps the base alive beside its id
 
 
 def short(name: str) -> str:
@@ -74,11 +93,23 @@ def _prompt_source(labelled) -> dict:
     return {"prompts_for": labelled.source["dataset"], "templates": list(labelled.templates)}
 
 
+def _split_pools(cfg: Config) -> list:
+    """What a split drawn per seed reads beyond the committed split's sets: every concept's prompts, and every
+    photo-like Tux Paint stamp with its prompts (a seed's unseen stamps are others than the committed split's)."""
+    if not cfg.split_per_seed:
+        return []
+    from corpora import medium_seeds
+
+    return [medium_seeds.pool_labelled(cfg.data.prompts), medium_seeds.tuxpaint_pool(cfg.data.prompts)]
+
+
 def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     """Every feature the chapter reads: each vision model on every image set; each text model on the
-    captions of every pair set, the prompts of every zero-shot set, and the prompt ablation's prompts."""
+    captions of every pair set, the prompts of every zero-shot set, and the prompt ablation's prompts; with
+    ``split_per_seed``, also every concept's prompts and every photo-like stamp (:func:`_split_pools`)."""
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
-    image_sets = [bench.train, bench.val, bench.retrieval, *bench.zero_shot]
+    pools = _split_pools(cfg)
+    image_sets = [bench.train, bench.val, bench.retrieval, *bench.zero_shot, *pools[1:]]
     for vision in cfg.vision:
         for images in image_sets:
             plan.add(features.image(vision, images, **store))
@@ -86,7 +117,7 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
         for pairs in (bench.train, bench.val, bench.retrieval):
             plan.add(features.text(text, pairs.captions, source=pairs.source, name=f"text:{text.name}:{pairs.name}",
                                    ids=pairs.ids, **store))
-        for labelled in [*bench.zero_shot, *prompt_sets(cfg, bench)]:
+        for labelled in [*bench.zero_shot, *prompt_sets(cfg, bench), *pools]:
             plan.add(features.text(text, prompt_texts(labelled), source=_prompt_source(labelled),
                                    name=f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}", **store))
     return plan
@@ -94,25 +125,68 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
 
 class ChapterFeatures:
     """The materialised plan, read by role: ``image(vision, images)``, ``captions(text, pairs)``,
-    ``prompts(text, set)``."""
+    ``prompts(text, set)``.
+
+    A set whose rows are the plan entry's of its name is that entry; a set of other rows (a seed's own split,
+    :func:`seed_benchmark`) is gathered row by row from every entry of the model: images by id, texts by the
+    text itself (a frozen encoder's features depend on nothing else), so a drawn split costs no new features."""
 
     def __init__(self, found: features.Features) -> None:
         self.found = found
-        self._cache: dict[str, torch.Tensor] = {}
+        self._cache: dict = {}
+        self._index: dict[tuple[str, str], dict[str, tuple[str, int]]] = {}  # (kind, model) -> key -> entry, row
 
     def _tensor(self, name: str) -> torch.Tensor:
         if name not in self._cache:
             self._cache[name] = self.found.tensor(name)
         return self._cache[name]
 
+    def _read(self, name: str, kind: str, model, keys: tuple[str, ...]) -> torch.Tensor:
+        try:
+            request = self.found.plan[name]
+        except KeyError:
+            request = None
+        if request is not None and tuple(request.ids if kind == "image" else request.texts) == keys:
+            return self._tensor(name)
+        cached = (name, hash(keys))
+        if cached not in self._cache:
+            self._cache[cached] = self._gather(kind, model, keys, name)
+        return self._cache[cached]
+
+    def _gather(self, kind: str, model, keys: tuple[str, ...], name: str) -> torch.Tensor:
+        """Rows ``keys`` (image ids or texts) from every ``kind`` entry of exactly this model config."""
+        if (kind, repr(model)) not in self._index:
+            index: dict[str, tuple[str, int]] = {}
+            for request in self.found.plan:
+                if request.kind == kind and request.model == model:
+                    for row, key in enumerate(request.ids if kind == "image" else request.texts):
+                        index.setdefault(key, (request.name, row))
+            self._index[(kind, repr(model))] = index
+        index = self._index[(kind, repr(model))]
+        missing = [key for key in keys if key not in index]
+        if missing:
+            raise KeyError(f"{name}: {len(missing)} of {len(keys)} rows (e.g. {missing[0]!r}) are in no {kind} entry "
+                           f"of {model.name} in the feature plan: add their set to chapters.sharelock.feature_plan")
+        by_entry: dict[str, tuple[list[int], list[int]]] = {}
+        for out_row, key in enumerate(keys):
+            entry, row = index[key]
+            by_entry.setdefault(entry, ([], []))[0].append(out_row)
+            by_entry[entry][1].append(row)
+        first = self._tensor(next(iter(by_entry)))
+        out = first.new_empty((len(keys), first.shape[1]))
+        for entry, (out_rows, rows) in by_entry.items():
+            out[torch.tensor(out_rows)] = self._tensor(entry)[torch.tensor(rows)]
+        return out
+
     def image(self, vision: VisionModelConfig, images) -> torch.Tensor:
-        return self._tensor(f"image:{vision.name}:{images.name}")
+        return self._read(f"image:{vision.name}:{images.name}", "image", vision, tuple(images.ids))
 
     def captions(self, text: TextModelConfig, pairs) -> torch.Tensor:
-        return self._tensor(f"text:{text.name}:{pairs.name}")
+        return self._read(f"text:{text.name}:{pairs.name}", "text", text, tuple(pairs.captions))
 
     def prompts(self, text: TextModelConfig, labelled) -> torch.Tensor:
-        return self._tensor(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}")
+        return self._read(f"text:{text.name}:prompts:{labelled.name}:{len(labelled.templates)}", "text", text,
+                          tuple(prompt_texts(labelled)))
 
 
 def curve_texts(cfg: Config) -> list[TextModelConfig]:
@@ -153,9 +227,10 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, te
     ``shuffle_captions``: the control, captions permuted among the training images (the pairing is broken,
     everything else kept). ``train_pairs``: train on that many pairs only (:func:`lib.core.curves.nested_subset`; the
     data-size curve). ``train``: the recipe (default ``cfg.train``; :func:`choose_recipes` gives each head kind its
-    own). Returns the run's row (for :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and
-    the trained method.
+    own). ``bench`` is the committed split's; the run reads its seed's (:func:`seed_benchmark`). Returns the run's
+    row (for :class:`lib.core.results.Runs`), the :class:`~lib.core.train.TrainResult` and the trained method.
     """
+    bench = seed_benchmark(cfg, bench, seed)
     result, method, text_train = _fit_head(cfg, bench, feats, text, vision, kind, seed, train or cfg.train,
                                            shuffle_captions=shuffle_captions, train_pairs=train_pairs)
     row = {"text": short(text.name), "vision": short(vision.name), "head": kind, "seed": seed,
@@ -198,8 +273,10 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures,
     head kind: the features' scale differs from model to model) over ``cfg.sweep``, and LiT over
     ``cfg.lit.sweep``; ``settings``: only these (text, vision, kind), no LiT (a quick run's main pair). A candidate
     that keeps its first evaluation has not trained (:func:`stuck_runs`' rule) and is never chosen. Returns
-    ``{recipe_key(...) or "lit": settings}`` and one record row per candidate."""
+    ``{recipe_key(...) or "lit": settings}`` and one record row per candidate. With ``sweep.keep_within_se`` the
+    configured rate stays unless a candidate leads by that many standard errors over the validation pairs."""
     seed = cfg.seeds[0]
+    bench = seed_benchmark(cfg, bench, seed)
 
     def score(setting, settings: TrainSettings) -> float | None:  # validation R@1; None: kept its first evaluation
         if setting == "lit":
@@ -217,10 +294,10 @@ def choose_recipes(cfg: Config, bench: Benchmark, feats: ChapterFeatures,
         return {"setting": f"{short(cfg.lit.text.name)} tuned (LiT)" if setting == "lit" else recipe_key(*setting)}
 
     heads = list(settings if settings is not None else grid(cfg))
-    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, heads, score, describe)
+    chosen, record = recipes.choose_each(cfg.train, cfg.sweep, heads, score, describe, n=len(bench.val))
     chosen = {recipe_key(*setting): recipe for setting, recipe in chosen.items()}
     if cfg.lit.enabled and settings is None:
-        lit, lit_rows = recipes.choose_each(cfg.lit.train, cfg.lit.sweep, ["lit"], score, describe)
+        lit, lit_rows = recipes.choose_each(cfg.lit.train, cfg.lit.sweep, ["lit"], score, describe, n=len(bench.val))
         chosen, record = {**chosen, **lit}, record + lit_rows
     return chosen, record
 
@@ -233,11 +310,13 @@ def _kept_first_evaluation(result) -> bool:
 
 def _evaluate(method, cfg: Config, bench: Benchmark, image, text_of) -> dict:
     """Zero-shot on every labelled set and retrieval on the unseen pairs; ``text_of(labelled_or_pairs, prompts)``
-    gives the text side's input (cached features for a head, token ids for LiT)."""
+    gives the text side's input (cached features for a head, token ids for LiT). Each set's chance (one over its
+    classes) is kept beside its scores: a seed that draws its own split has its own number of unseen concepts."""
     row = {}
     for labelled in bench.zero_shot:
         found = zero_shot(method, image(labelled), text_of(labelled, True), labelled)
         row.update({f"{labelled.name}/{k}": v for k, v in found.items()})
+        row[f"{labelled.name}/chance"] = 1 / len(labelled.classnames)
     found = retrieval(method, image(bench.retrieval), text_of(bench.retrieval, False))
     row.update({f"{bench.retrieval.name}/{k}": v for k, v in found.items()})
     return row
@@ -249,6 +328,7 @@ def train_lit(cfg: Config, bench: Benchmark, feats: ChapterFeatures, vision: Vis
     encoder (``cfg.lit.text``) and a linear projection, all trained (:class:`lib.methods.lit.LiT`), early-stopped
     on the validation concepts by the heads' rule; ``train`` defaults to ``cfg.lit.train``. See
     notebooks/sharelock.py, section "The LiT baseline"."""
+    bench = seed_benchmark(cfg, bench, seed)
     result, method, text_of = _fit_lit(cfg, bench, feats, vision, seed, train or cfg.lit.train)
     row = {"text": short(cfg.lit.text.name), "vision": short(vision.name), "head": "lit", "seed": seed,
            "control": "", "train_pairs": len(bench.train), "lr": result.settings.lr,
@@ -313,21 +393,27 @@ def data_size_curve(cfg: Config, bench: Benchmark, feats: ChapterFeatures, runs:
                     texts: list[TextModelConfig], chosen: dict[str, TrainSettings] | None = None) -> Runs:
     """The head comparison (MLP vs linear, main vision model) at growing shares of the training pairs, on the
     config's ``curve_run_seeds``, each head with its recipe (``chosen``, from :func:`choose_recipes`): does the gap
-    open, close or flip as data grows? Rows already in ``runs`` at the whole set are reused, not retrained. See
-    notebooks/sharelock.py, "More data"."""
+    open, close or flip as data grows? The whole set is the main grid's run of each seed, reused, not retrained.
+    ``curve_size`` is a point's x: a subset's size (the shares of the smallest training set among the seeds'
+    splits, so every seed trains on as many pairs), or for the whole set the mean over the seeds' splits
+    (``train_pairs`` keeps each run's own count). See notebooks/sharelock.py, "More data"."""
     chosen = chosen or {}
-    total, vision = len(bench.train), cfg.vision[0]
+    vision, seeds = cfg.vision[0], cfg.curve_run_seeds
+    n_train = {seed: len(seed_benchmark(cfg, bench, seed).train) for seed in seeds}
+    whole = round(sum(n_train.values()) / len(n_train))
+    sizes = [size for size in curves.sizes(min(n_train.values()), cfg.curve_fractions) if size < min(n_train.values())]
     curve = Runs()
     for t in texts:
-        for fraction in cfg.curve_fractions:
-            size = max(2, round(fraction * total))
-            for kind in ("mlp", "linear"):
-                for seed in cfg.curve_run_seeds:
-                    done = [r for r in runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed,
-                                                  control="") if r["train_pairs"] == size]
-                    curve.add(done[0] if done else
-                              train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size,
-                                                 train=chosen.get(recipe_key(t, vision, kind)))[0])
+        for kind in ("mlp", "linear"):
+            for seed in seeds:
+                for size in sizes:
+                    curve.add(train_and_evaluate(cfg, bench, feats, t, vision, kind, seed, train_pairs=size,
+                                                 train=chosen.get(recipe_key(t, vision, kind)))[0], curve_size=size)
+                done = runs.where(text=short(t.name), vision=short(vision.name), head=kind, seed=seed, control="")
+                if len(done) != 1:
+                    raise ValueError(f"the data-size curve reuses the main grid's run of {short(t.name)}, {kind}, "
+                                     f"seed {seed} as its whole-set point, but `runs` holds {len(done)} such rows")
+                curve.add(list(done)[0], curve_size=whole)
     return curve
 
 
@@ -349,7 +435,7 @@ def curve_frame(curve: Runs, metric: str):
     """One row per (text model, training pairs): MLP and linear mean ± sd and the rule's outcome."""
     import pandas as pd
 
-    tables = [curves.table(curve.where(text=text), metric, *HEADS).assign(**{"text model": text})
+    tables = [curves.table(curve.where(text=text), metric, *HEADS, size_key="curve_size").assign(**{"text model": text})
               for text in sorted({r["text"] for r in curve})]
     return pd.concat([t[["text model", *t.columns[:-1]]] for t in tables], ignore_index=True)
 
