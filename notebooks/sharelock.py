@@ -166,7 +166,7 @@ seed_benches = {seed: sharelock.seed_benchmark(cfg, bench, seed) for seed in cfg
 for seed, drawn in seed_benches.items():
     assert not set(drawn.train.concepts) & set(drawn.retrieval.concepts), f"seed {seed}: an unseen concept leaked"
 pd.DataFrame([{"seed": seed, "train pairs": len(b.train), "val pairs": len(b.val), "unseen pairs": len(b.retrieval),
-               "unseen concepts": len(b.zero_shot[0].classnames), "unseen photo-like stamps": len(b.zero_shot[1]),
+               "unseen concepts": len(b.zero_shot[0].classnames),
                "unseen concepts shared with seed 0": len(set(b.zero_shot[0].classnames)
                                                          & set(bench.zero_shot[0].classnames))}
               for seed, b in seed_benches.items()]).set_index("seed")
