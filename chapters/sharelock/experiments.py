@@ -148,7 +148,7 @@ class ChapterFeatures:
             request = None
         if request is not None and tuple(request.ids if kind == "image" else request.texts) == keys:
             return self._tensor(name)
-        cached = (name, hash(keys))
+        cached = (name, keys)  # the rows themselves, not their hash: a collision must not return another set's rows
         if cached not in self._cache:
             self._cache[cached] = self._gather(kind, model, keys, name)
         return self._cache[cached]
