@@ -654,7 +654,7 @@ features.release_encoders()
 # | loss | CLIP, fixed τ = 0.07 | HF `clip_loss`, fixed scale | `lib.nn.losses.ClipLoss`, fixed τ = 0.07 |
 # | batch | 16,384 | 1,024 × 16 accumulation: **1,023 negatives per loss** | small: 256; medium: 512; full: a true 16,384 per loss |
 # | validation | until convergence on a validation split | every 500 Lightning batches of 1,024 (~512k pairs, ~31 optimiser steps) on a 50,000-pair validation split, patience 50, min_delta 0.1 | small: every 20 steps, patience 6; medium: every 20, patience 15; full: every 250 steps, patience 10 |
-# | precision | — | fp32 | small: fp32; medium: `auto`, bfloat16 features and bf16 autocast on a CPU with bfloat16 units (the first cell says which), else fp32; full: bf16 autocast (fp32 weights) |
+# | precision | — | fp32 | small and medium: `auto` for the heads and LiT alike (the claim compares them in one arithmetic), bf16 autocast on a CPU with bfloat16 units (the first cell says which), else fp32; medium: bfloat16 features there too; full: bf16 autocast (fp32 weights) |
 # | image preprocessing at test | — | `encode_image` applies *training* augmentations | eval-mode only |
 # | class-prototype order | — | `list_keys()` order (latent misalignment risk) | rows keyed by ids in a defined order |
 # | reported metric | CLIP_benchmark | one-template test script | CLIP-style templates, acc@1/5, per-class recall |

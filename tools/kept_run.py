@@ -7,7 +7,7 @@ shown run's: the other half of the results page's "Do the verdicts survive a cha
 Why a command: a kept run must differ from the shown run in the number formats only (the page passes over a kept
 run whose settings differ in anything else: ``tools.results_page.arithmetic_pairs``), so its overrides are derived
 from the shown config rather than written by hand: every ``dtype: auto`` becomes ``float32`` or ``bfloat16`` and
-every ``precision: auto`` ``fp32`` or ``bf16``; explicit settings (a LiT tower held in fp32, a third tower held in
+every ``precision: auto`` ``fp32`` or ``bf16``; explicit settings (a tower held in fp32, a third tower held in
 float32) stay as the config says. The notebook, made from the chapter's ``.py`` source, runs with papermill into
 ``--out`` (a scratch folder; the committed notebook is not touched), then its ``metrics.json`` is copied into
 ``book/metrics/<arithmetic>/``.
