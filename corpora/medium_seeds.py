@@ -16,8 +16,8 @@ from functools import lru_cache
 from corpora import medium, synonyms
 from corpora.datasets import Benchmark, Labelled, Pairs
 
-__all__ = ["ROLES", "concept_split", "pool_pairs", "pool_labelled", "restrict_pairs", "restrict_labelled",
-           "benchmark"]
+__all__ = ["ROLES", "concept_split", "pool_pairs", "pool_labelled", "refuse_limit", "restrict_pairs",
+           "restrict_labelled", "benchmark"]
 
 ROLES = ("train", "val", "unseen")  # the concept-level split's roles, as corpora.medium names them
 
@@ -56,13 +56,26 @@ def pool_labelled(prompts: str) -> Labelled:
     templates: the committed split's three concept sets merged. Its prompt features are the pool a seed's unseen
     and seen-ceiling classes are read from."""
     rows = _merged([medium.labelled(role, prompts=prompts) for role in ROLES])
-    names = tuple(dict.fromkeys(s.classnames[s.labels[i]] for s, i in rows))
-    index = {name: c for c, name in enumerate(names)}
+    names, labels = _classes([s.classnames[s.labels[i]] for s, i in rows])
     first = rows[0][0]
-    return Labelled(name="medium-concepts-all", ids=tuple(s.ids[i] for s, i in rows),
-                    labels=tuple(index[s.classnames[s.labels[i]]] for s, i in rows), classnames=names,
+    return Labelled(name="medium-concepts-all", ids=tuple(s.ids[i] for s, i in rows), labels=labels, classnames=names,
                     templates=first.templates, load_image=lambda k, rows=rows: rows[k][0].load_image(rows[k][1]),
                     source={**first.source, "split": "all"}, groups=synonyms.groups(names))
+
+
+def refuse_limit(limit: int | None) -> None:
+    """Raise when ``data.limit`` is set: it keeps the first training rows of the committed split, which a split drawn
+    per seed cannot honour (the chapter's config refuses the pair at load time with this very message)."""
+    if limit is not None:
+        raise ValueError(f"data.limit = {limit} keeps the first training rows of the committed split, which a "
+                         "split drawn per seed cannot honour: drop `limit` or set `split_per_seed: false`")
+
+
+def _classes(row_classnames) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The class names of some rows in first-seen order, and each row's label among them."""
+    names = tuple(dict.fromkeys(row_classnames))
+    index = {name: c for c, name in enumerate(names)}
+    return names, tuple(index[name] for name in row_classnames)
 
 
 def restrict_pairs(pairs: Pairs, concepts: set[str], like: Pairs, seed: int) -> Pairs:
@@ -78,10 +91,8 @@ def restrict_labelled(labelled: Labelled, classes: Sequence[str], like: Labelled
     ``corpora.medium`` does for any set), named as ``like``, the set it stands for."""
     wanted = set(classes)
     keep = [i for i, label in enumerate(labelled.labels) if labelled.classnames[label] in wanted]
-    names = tuple(dict.fromkeys(labelled.classnames[labelled.labels[i]] for i in keep))
-    index = {name: c for c, name in enumerate(names)}
-    return Labelled(name=like.name, ids=tuple(labelled.ids[i] for i in keep),
-                    labels=tuple(index[labelled.classnames[labelled.labels[i]]] for i in keep), classnames=names,
+    names, labels = _classes([labelled.classnames[labelled.labels[i]] for i in keep])
+    return Labelled(name=like.name, ids=tuple(labelled.ids[i] for i in keep), labels=labels, classnames=names,
                     templates=labelled.templates, load_image=lambda k, keep=keep: labelled.load_image(keep[k]),
                     source={**like.source, "split_seed": seed},
                     groups=synonyms.groups(names) if labelled.groups is not None else None)
@@ -96,9 +107,7 @@ def benchmark(data, base: Benchmark, seed: int) -> Benchmark:
     """``base`` (:func:`corpora.medium.benchmark` of ``data``) with the concept split ``seed`` draws: training,
     validation and unseen pairs, the unseen concepts, Tux Paint's photo-like stamps of them and the seen-concept
     ceiling drawn again, each under its ``base`` name; the extra zero-shot sets (Fashion-MNIST, GCompris) kept."""
-    if data.limit is not None:
-        raise ValueError(f"data.limit = {data.limit} keeps the first training rows of the committed split, which a "
-                         "split drawn per seed cannot honour: drop `limit` or set `split_per_seed: false`")
+    refuse_limit(data.limit)
     split = concept_split(seed)
     role = {r: {c for c, s in split.items() if s == r} for r in ROLES}
     pool, names = pool_pairs(data.captions), pool_labelled(data.prompts)

@@ -491,9 +491,8 @@ fig, axis = plt.subplots(figsize=(8, 0.8 + 0.7 * plot["pair"].nunique()))
 sns.barplot(data=plot, y="pair", x=f"{headline}/acc1", hue="head", errorbar="sd", ax=axis)
 notebook.chance_line(axis, chance[headline], vertical=True)
 notebook.percent_axis(axis, "x")
-unseen_counts = sorted({len(b.zero_shot[0].classnames) for b in seed_benches.values()})
-axis.set(xlabel=f"top-1 accuracy on {'–'.join(f'{n:,}' for n in unseen_counts[::max(1, len(unseen_counts) - 1)])} "
-                "unseen concepts", ylabel="")
+fewest, most = (f(len(b.zero_shot[0].classnames) for b in seed_benches.values()) for f in (min, max))
+axis.set(xlabel=f"top-1 accuracy on {fewest:,}{f'–{most:,}' if most != fewest else ''} unseen concepts", ylabel="")
 axis.legend(loc="lower right")
 plt.tight_layout()
 

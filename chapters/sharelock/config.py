@@ -60,9 +60,10 @@ class Config:
         if self.split_per_seed and self.data.corpus != "medium":
             raise ValueError(f"split_per_seed draws the medium corpus's concept split per seed; data.corpus is "
                              f"{self.data.corpus!r}: set `split_per_seed: false` (or drop it)")
-        if self.split_per_seed and self.data.limit is not None:
-            raise ValueError(f"data.limit = {self.data.limit} keeps the first training rows of the committed split, "
-                             "which a split drawn per seed cannot honour: drop `limit` or set `split_per_seed: false`")
+        if self.split_per_seed:
+            from corpora import medium_seeds
+
+            medium_seeds.refuse_limit(self.data.limit)
 
     @property
     def curve_run_seeds(self) -> tuple[int, ...]:

@@ -108,7 +108,8 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     captions of every pair set, the prompts of every zero-shot set, and the prompt ablation's prompts; with
     ``split_per_seed``, also every concept's prompts and every photo-like stamp (:func:`_split_pools`)."""
     plan, store = features.Plan(), dict(dtype=cfg.store.dtype, shard_rows=cfg.store.shard_rows)
-    pools = _split_pools(cfg)
+    pools = _split_pools(cfg)  # [every concept's prompts, every photo-like stamp] or []
+    # the concept pool's images are the committed sets' own, already planned; the stamps' are new
     image_sets = [bench.train, bench.val, bench.retrieval, *bench.zero_shot, *pools[1:]]
     for vision in cfg.vision:
         for images in image_sets:
