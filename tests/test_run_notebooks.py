@@ -93,6 +93,27 @@ def test_the_injected_parameters_cell_is_removed_and_nothing_else():
     assert [c.source for c in kept.cells] == ['config = "small"', "print(config)"]
 
 
+def test_image_outputs_lose_their_fixed_size_and_keep_everything_else():
+    figure = nbformat.v4.new_output("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure>"},
+                                    metadata={"image/png": {"width": 727, "height": 233}})
+    other = nbformat.v4.new_output("display_data", data={"image/jpeg": "/9j/"},
+                                   metadata={"image/jpeg": {"width": 10, "unconfined": True}})
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("plot()", outputs=[figure, other])])
+    outputs = run_notebooks.unsized_images(notebook).cells[0].outputs
+    assert outputs[0].metadata == {} and outputs[0].data["image/png"] == "iVBOR"
+    assert outputs[1].metadata == {"image/jpeg": {"unconfined": True}}
+
+
+@pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
+def test_no_committed_figure_carries_a_fixed_size(source):
+    """A fixed size is stretched by the book's column (tools.run_notebooks.unsized_images)."""
+    committed = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    sized = [(i, kind) for i, cell in enumerate(committed.cells) for output in cell.get("outputs", [])
+             for kind, value in output.get("metadata", {}).items()
+             if kind.startswith("image/") and isinstance(value, dict) and {"width", "height"} & set(value)]
+    assert not sized, f"{source.stem}.ipynb: image outputs with a fixed size (cell, format): {sized}"
+
+
 def test_each_cells_seconds_are_recorded_slowest_first_outside_the_committed_notebook(tmp_path, monkeypatch, capsys):
     def timed(source, seconds, kind="code"):
         make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
@@ -154,6 +175,42 @@ def test_the_closure_follows_imports_transitively_with_their_packages(tmp_path, 
     monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
     found = {p.relative_to(tmp_path / "lib").parts for p in run_notebooks.lib_closure(notebook)}
     assert found == set(files) - {("pkg", "unused.py")}
+
+
+def test_set_up_time_code_keys_only_the_full_config(tmp_path, monkeypatch):
+    """A dataset preparer that an offline run never executes does not re-execute a chapter shown offline."""
+    for parts, text in {("lib", "__init__.py"): "", ("lib", "a.py"): "",
+                        ("provision", "__init__.py"): "", ("provision", "preflight.py"): "from corpora import only\n",
+                        ("corpora", "__init__.py"): "", ("corpora", "only.py"): ""}.items():
+        tmp_path.joinpath(*parts).parent.mkdir(parents=True, exist_ok=True)
+        tmp_path.joinpath(*parts).write_text(text, encoding="utf-8")
+    notebook = tmp_path / "nb.py"
+    notebook.write_text("# %%\nfrom lib import a\nfrom provision.preflight import require\n", encoding="utf-8")
+    monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
+    offline = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook, "medium")}
+    full = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook, "full")}
+    assert offline == {"lib/__init__.py", "lib/a.py"}
+    assert full == offline | {"provision/__init__.py", "provision/preflight.py", "corpora/__init__.py",
+                              "corpora/only.py"}
+
+
+@pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
+def test_a_chapter_runs_set_up_time_code_only_in_the_full_config(source):
+    """The premise of :data:`tools.run_notebooks.SETUP_TIME_PACKAGES`: a notebook imports nothing from them but
+    ``provision.preflight.require``, and calls it only under ``if config == "full"``."""
+    import ast
+
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    imported = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[0] in run_notebooks.SETUP_TIME_PACKAGES for alias in node.names}
+    assert imported == {("provision.preflight", "require")}
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.Import)
+                and any(a.name.split(".")[0] in run_notebooks.SETUP_TIME_PACKAGES for a in node.names)]
+    guarded = {id(call) for branch in ast.walk(tree) if isinstance(branch, ast.If)
+               and ast.unparse(branch.test) == "config == 'full'" for statement in branch.body
+               for call in ast.walk(statement) if isinstance(call, ast.Call)}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "require"]
+    assert calls and all(id(call) in guarded for call in calls), f"{source.stem}: require() outside config == 'full'"
 
 
 @pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)

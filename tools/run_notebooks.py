@@ -91,13 +91,35 @@ def chapters() -> list[Path]:
     return [ROOT / f"{file}.py" for file in toc_files() if file.startswith("notebooks/")]
 
 
-def lib_closure(source: Path) -> list[Path]:
-    """The ``lib`` files a notebook can run: the modules its cells import and theirs, transitively
-    (:func:`lib.core.code_closure.closure`).
+# Set-up-time code: dataset preparation, model conversion, pre-flight and precompute. A chapter's offline run never
+# executes it: its notebook imports ``provision.preflight.require`` and calls it only under ``config == "full"``,
+# where it checks and refuses, never computes; what set-up produces (converted models, prepared data) keys the
+# features by content (the store's key: the model files' sha256, the dataset manifest's hash), not by its source.
+SETUP_TIME_PACKAGES = ("provision",)
+
+
+def lib_closure(source: Path, config: str = "small") -> list[Path]:
+    """The project files a notebook can run in ``config``: the modules its cells import and theirs, transitively
+    (:func:`lib.core.code_closure.imported`), without the set-up-time packages (:data:`SETUP_TIME_PACKAGES`)
+    unless ``config`` is ``full``.
 
     Why: a chapter is re-executed when *its* inputs change, not when another chapter's module does (a medium
-    chapter takes half an hour). A notebook that cannot be parsed depends on all of ``lib``."""
-    return code_closure.closure([source], root=ROOT)
+    chapter takes half an hour), nor when a dataset preparer it never runs does. A notebook that cannot be parsed
+    depends on every module."""
+    known = code_closure.lib_modules(ROOT)
+    if config != "full":
+        known = {name: path for name, path in known.items() if name.split(".")[0] not in SETUP_TIME_PACKAGES}
+    try:
+        todo = code_closure.imported(source, known)
+    except SyntaxError:
+        return sorted(known.values())
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo |= code_closure.imported(known[name], known) - seen
+    return sorted(known[name] for name in seen)
 
 
 def config_section(source: Path, config: str) -> bytes:
@@ -115,10 +137,10 @@ def config_section(source: Path, config: str) -> bytes:
 
 def fingerprint(source: Path, config: str = "small") -> str:
     """What the committed outputs depend on: the notebook's source, the section of its config file it is shown
-    in (:func:`config_section`) and the ``lib`` files it can run (:func:`lib_closure`)."""
+    in (:func:`config_section`) and the project files it can run there (:func:`lib_closure`)."""
     digest = hashlib.sha256(f"config={config}\n".encode())
     digest.update(config_section(source, config))
-    for path in [source, *lib_closure(source)]:
+    for path in [source, *lib_closure(source, config)]:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -132,6 +154,24 @@ def ensure_medium_setup() -> None:
 def without_injected_parameters(notebook):
     """The executed notebook minus papermill's injected-parameters cell (see the module docstring)."""
     notebook.cells = [c for c in notebook.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    return notebook
+
+
+def unsized_images(notebook):
+    """The notebook with every image output's fixed ``width``/``height`` dropped, in place.
+
+    Why: matplotlib's ``retina`` format records half the PNG's pixel size as the displayed size; the book's theme
+    then shrinks the width to its column but keeps that height, stretching every figure (1.4-2x). Without a fixed
+    size the image scales with the column and keeps its aspect ratio."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            for kind in [k for k in output.get("metadata", {}) if k.startswith("image/")]:
+                sized = output["metadata"][kind]
+                if isinstance(sized, dict):
+                    for axis in ("width", "height"):
+                        sized.pop(axis, None)
+                    if not sized:
+                        del output["metadata"][kind]
     return notebook
 
 
@@ -202,7 +242,7 @@ def run(source: Path, force: bool, config: str = "small") -> float:
     except BaseException:
         print(f"{source.stem}: FAILED; the executed notebook with the error is {partial}", file=sys.stderr)
         raise
-    executed = without_injected_parameters(nbformat.read(partial, as_version=4))
+    executed = unsized_images(without_injected_parameters(nbformat.read(partial, as_version=4)))
     record_cell_seconds(executed, source, config)
     executed.metadata.pop("papermill", None)
     for cell in executed.cells:
