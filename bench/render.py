@@ -342,6 +342,8 @@ def gpu_check_section(report) -> list[str]:
     def outcome(name, step):
         if step["error"]:
             return "failed: " + _first_line(step["error"])
+        if step.get("skipped"):
+            return "skipped: " + step["skipped"]
         if name == "rehearsals":
             chapters = rehearsals["chapters"].values()
             return f"{sum(bool(c.get('ok')) for c in chapters)} of {len(chapters)} chapters ran end to end"
@@ -388,6 +390,59 @@ SECTIONS = {"vision_features": vision_section, "store": store_section, "image_sh
             "training": training_section,
             "text_features": text_section, "text_precision": precision_section, "facets": facets_section,
             "gpu_check": gpu_check_section}
+
+
+# The measurements of issue 65 (tools/gpu_measure.py), as one device call: run from the repository root on the lent
+# GPU with the wheels open_clip needs carried along (.cache/ is ignored by git: the device tool's `carry` takes it).
+MEASURE_WHEELS = (".venv/bin/pip download --no-deps -d .cache/gpu-wheels open_clip_torch==3.3.0 ftfy==6.3.1 "
+                  "wcwidth==0.9.5")
+MEASURE_COMMAND = ('GPU_CHECK_WHEELS=.cache/gpu-wheels bash tools/gpu_check.sh --only measure 2>&1 '
+                   '| tee "$OUT/gpu_check.log"')
+
+
+def measured_section(loaded) -> list[str]:
+    """The full route measured (``tools/gpu_measure.py``): each chapter's GPU-hours on the latest card that ran it,
+    beside the cost model's computed figure; until a GPU has run it, the command that will."""
+    lines = ["## The full route measured", ""]
+    runs = [(label, r) for label, r in loaded if label.startswith("gpu/") and r.get("chapters") and not r.get("quick")]
+    if not runs:
+        return lines + [
+            "**Pending a GPU.** Every launch box's GPU-hours are still computed by the cost model, not measured. "
+            "`tools/gpu_measure.py` measures each chapter's dominant step at the papers' sizes: Llama-3-8B's "
+            "last-token features, DINOv2-B/14's and DINOv2-L/14's image features, ShareLock's head at batch 16,384 "
+            "and the LiT baseline, Mistral-Nemo-12B's 7 facets in one pass against 7 passes, FLAME's ViT-B/16 "
+            "trained from scratch with and without gradient checkpointing, one step of Three Towers' and of FDT's "
+            "towers, Flan-UL2's encoder. The models are built on the GPU from their published configurations "
+            "with random weights (nothing is downloaded): time and memory do not depend on the weights' values, "
+            "only on the shapes and the kernels, which are the real ones. Each step sweeps its batch until memory "
+            "or its time budget runs out and projects the chapter's full run (items / measured rate) in GPU-hours "
+            "on that card. `--quick` runs the same code at tiny widths on a CPU (`tests/test_gpu_check.py`).", "",
+            "One device call of about 8 minutes, from the repository root, with `.cache/gpu-wheels` carried along "
+            "(the GPU machine has PyTorch, timm and transformers; open_clip and its two dependencies travel as "
+            "wheels):", "",
+            "```bash", MEASURE_WHEELS + "   # here, once", MEASURE_COMMAND + "   # on the GPU",
+            "```", "",
+            "Its `$OUT/gpu_check.json` and `gpu_check.log` go to `bench/results/gpu/` as the next `check-N`, and "
+            "this section then shows what it measured.", ""]
+    label, report = max(runs, key=lambda item: machine_of(item[1]).get("date") or "")
+    machine = machine_of(report)
+    lines += [f"Measured on {machine.get('gpu') or 'a GPU'}, {machine.get('date') or 'date not recorded'} "
+              f"(`bench/results/{label}.json`), with the papers' models at their published dimensions and random "
+              "weights: time and memory do not depend on the weights' values.", ""]
+    rows = []
+    for chapter, found in report["chapters"].items():
+        rows.append([chapter, fmt(found["gpu_hours_the_cost_model_counts"]), fmt(found["gpu_hours"]),
+                     "yes" if found["complete"] else "no", fmt(found["cost_model_gpu_hours"]),
+                     found.get("paper") or "none stated"])
+    lines += table(["chapter", "GPU-hours, what the cost model counts", "GPU-hours, every part", "all parts measured",
+                    "cost model (computed)", "the paper"], rows)
+    rows = []
+    for step, record in report["steps"].items():
+        for name, m in ((record.get("result") or {}).get("measurements") or {}).items():
+            if "items_per_s" in m:
+                rows.append([f"{step} / {name}", m.get("best_batch"), fmt(m["items_per_s"]),
+                             fmt(m.get("peak_memory_gib")), fmt(m.get("projection", {}).get("gpu_hours"))])
+    return lines + table(["step / measurement", "best batch", "items per s", "peak GiB", "projected GPU-hours"], rows)
 
 
 def gpu_section(loaded) -> list[str]:
@@ -493,6 +548,7 @@ def render(loaded, figures: dict[str, str]) -> str:
         lines += [f"## {TITLES.get(name, name)}" + (f" ({device})" if label.startswith("gpu/") else ""), "",
                   f"From `bench/results/{label}.json`.", ""]
         lines += scaling_section(report, figures.get("scaling")) if name == "scaling" else SECTIONS[name](report)
+    lines += measured_section(loaded)
     lines += gpu_section(loaded)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -5,15 +5,18 @@ can only be measured on a GPU, and a GPU is lent to this project rarely, briefly
 is one prepared command that needs only what such a machine has (PyTorch, timm, transformers) and reports:
 
 1. ``environment``: the card, its memory, bfloat16 support, the library versions;
-2. ``sharelock_paper_shapes``: ShareLock's head trained at the paper's shapes on random features (563k rows of
-   Llama-3-8B's 4,096-d features -> DINOv2-B's 768, batch 16,384, bf16 autocast: ``bench.training``'s ``paper``
-   case), as steps/s and the minutes 5,000 steps take, beside the paper's "around 1 GPU hour" (§6.1, "Training
-   speed and storage");
-3. ``vit_b16_from_scratch``: one optimiser step of a ViT-B/16 trained from scratch at 224 px against a frozen
-   4,096-d target (FLAME's and Three Towers' image tower), at the largest micro-batch that fits, with its peak memory,
-   and the GPU-hours FLAME's Table 3 budget (22,703 steps at batch 4,096) would take at that rate;
-4. ``bench``: ``python -m bench --device <device> --skip-slow`` for the storage, vision and scaling benchmarks;
-5. ``rehearsals``: every chapter's full-config rehearsal (``tools/standins.py``: prepare, pre-flight, precompute
+2. the measurements (``--only measure``; ``tools/gpu_measure.py``, issue 65): each chapter's dominant step at the
+   papers' sizes, the models built from their published configurations with random weights directly on the GPU
+   (time and memory do not depend on the weights' values), through the library's own code paths: Llama-3-8B's
+   last-token features of CC3M-length captions, DINOv2-B/14's and DINOv2-L/14's image features, ShareLock's head at
+   batch 16,384 and the LiT baseline, Mistral-Nemo-12B's 7 facets in one decoupled pass against 7 separate passes,
+   FLAME's ViT-B/16 from scratch at 224 px with and without gradient checkpointing, one step of Three Towers' and of
+   FDT's towers, Flan-UL2's encoder. Each sweeps its batch until memory or its time budget runs out (``--budget``
+   seconds for all of them), and records the best rate, the peak memory and the chapter's full run in GPU-hours on
+   this card; ``chapters`` in the JSON adds them up beside the cost model's and the paper's figures. They need
+   open_clip on the GPU machine: wheels of open_clip_torch, ftfy and wcwidth in ``GPU_CHECK_WHEELS``;
+3. ``bench``: ``python -m bench --device <device> --skip-slow`` for the storage, vision and scaling benchmarks;
+4. ``rehearsals``: every chapter's full-config rehearsal (``tools/standins.py``: prepare, pre-flight, precompute
    under torchrun, the notebook through papermill) on the GPU, with the full configs' float16 models, when
    ``--world`` names a folder to build the stand-ins in. The stand-ins borrow three offline tokenizers, which a GPU
    machine cannot build: ``--save-tokenizers DIR`` saves them here, and ``$STANDIN_TOKENIZERS`` points there.
@@ -35,10 +38,8 @@ import torch
 
 import lib  # noqa: F401  (its torchvision fix, before timm is imported)
 from lib.core.atomic import write_bytes
+from tools import gpu_measure
 
-# ShareLock §6.1 ("Training speed and storage"): "the final multimodal optimization of the MLP also takes around
-# 1 GPU hour" (563k pairs, one A100 40GB)
-PAPER_SHARELOCK_MINUTES = 60.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,71 +56,6 @@ def environment(device: str) -> dict:
         out.update(memory_gib=round(props.total_memory / 2**30, 1), bf16_gpu=torch.cuda.is_bf16_supported(),
                    cuda=torch.version.cuda)
     return out
-
-
-def sharelock_paper_shapes(device: str, quick: bool) -> dict:
-    """``bench.training``'s paper case (CPU-sized with ``quick``): steps/s of ``lib.core.train.fit``'s step."""
-    from bench import training
-
-    name = "small-config" if quick else "paper"
-    case = {**training.CASES[name], **(training.QUICK if quick else {})}
-    found = training.measure_case(name, case, repeats=1 if quick else 2, device=device)
-    rate = found["steps_per_s"]["fit (resident tensors)"]
-    return {"case": name, "batch_size": case["batch_size"], "rows": case["rows"], "steps_per_s": rate,
-            "minutes_for_5000_steps": 5000 / rate / 60, "paper_minutes": PAPER_SHARELOCK_MINUTES,
-            "achieved_tflop_per_s": found["achieved_flop_per_s"] / 1e12,
-            "fraction_of_matmul": found["fraction_of_matmul"]}
-
-
-def vit_from_scratch(device: str, quick: bool) -> dict:
-    """One AdamW step of a randomly initialised ViT (B/16 at 224 px; tiny at 32 px with ``quick``) whose CLS output
-    is projected onto a frozen target and trained with CLIP's loss, at the largest micro-batch (from 256 down) that
-    fits; bf16 autocast on a GPU."""
-    import timm
-
-    from chapters import flame
-    from lib.nn.losses import clip_loss
-
-    budget = flame.load_config("full").train  # FLAME's Table 3 run: 32 epochs of 2.9M pairs at 4,096
-    name, size, target_dim = ("vit_tiny_patch16_224", 32, 64) if quick else ("vit_base_patch16_224", 224, 4096)
-    model = timm.create_model(name, pretrained=False, num_classes=0, img_size=size).to(device)
-    projection = torch.nn.Linear(model.num_features, target_dim).to(device)
-    params = list(model.parameters()) + list(projection.parameters())
-    optimizer = torch.optim.AdamW(params, lr=1e-4)
-    cuda = device.startswith("cuda")
-
-    def step(batch: int) -> float:
-        images = torch.randn(batch, 3, size, size, device=device)
-        targets = torch.nn.functional.normalize(torch.randn(batch, target_dim, device=device), dim=-1)
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=cuda):
-            embedded = torch.nn.functional.normalize(projection(model(images)).float(), dim=-1)
-            loss = clip_loss(embedded, targets, 1 / 0.07)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
-
-    for batch in ((8,) if quick else (256, 128, 64, 32)):
-        try:
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(device)
-            step(batch)  # warm-up: kernels, allocator
-            seconds = min(step(batch) for _ in range(1 if quick else 3))
-            peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
-            per_image = seconds / batch
-            return {"model": name, "image_size": size, "micro_batch": batch, "seconds_per_step": seconds,
-                    "images_per_s": batch / seconds, "peak_memory_gib": peak,
-                    "flame_table3_gpu_hours": budget.steps * budget.batch_size * per_image / 3600,
-                    "parameters_m": sum(p.numel() for p in model.parameters()) / 1e6}
-        except torch.OutOfMemoryError:
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-    raise RuntimeError(f"{name} does not train at micro-batch 32 on this device")
 
 
 def bench_suite(device: str, quick: bool, out: Path) -> dict:
@@ -181,10 +117,10 @@ def save_tokenizers(folder: Path) -> list[str]:
 
 
 STEPS = {"environment": lambda d, q, o: environment(d),
-         "sharelock_paper_shapes": lambda d, q, o: sharelock_paper_shapes(d, q),
-         "vit_b16_from_scratch": lambda d, q, o: vit_from_scratch(d, q),
+         **{name: None for name in gpu_measure.STEPS},  # each within what is left of --budget (see main)
          "bench": bench_suite,
          "rehearsals": None}  # needs --world (see main)
+GROUPS = {"measure": list(gpu_measure.STEPS)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -192,8 +128,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="gpu_check", help="folder for gpu_check.json (and bench/ results)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every step runs (CPU, seconds)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=list(STEPS), help="steps to leave out")
-    parser.add_argument("--only", nargs="*", default=None, choices=list(STEPS), help="run only these steps")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(STEPS) + list(GROUPS),
+                        help="steps to leave out (measure: every measurement)")
+    parser.add_argument("--only", nargs="*", default=None, choices=list(STEPS) + list(GROUPS),
+                        help="run only these steps (measure: every measurement)")
+    parser.add_argument("--budget", type=float, default=420.0,
+                        help="seconds for all the measurements: each stops sweeping at its own budget or at this")
     parser.add_argument("--world", help="folder to build the rehearsals' stand-ins in (the rehearsals step)")
     parser.add_argument("--rehearsal-deadline", type=float, default=420.0,
                         help="seconds after which no further chapter's rehearsal starts")
@@ -206,10 +146,20 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    skip = {n for name in args.skip for n in GROUPS.get(name, [name])}
+    only = None if args.only is None else {n for name in args.only for n in GROUPS.get(name, [name])}
     report: dict = {"benchmark": "gpu_check", "quick": args.quick, "steps": {}}
+    began = time.perf_counter()
     for name, run in STEPS.items():
-        if name in args.skip or (args.only is not None and name not in args.only and name != "environment"):
+        if name in skip or (only is not None and name not in only and name != "environment"):
             continue  # the environment always runs (seconds): a result must name its card
+        if name in gpu_measure.STEPS:
+            left = args.budget - (time.perf_counter() - began)
+            if left < 20 and not args.quick:
+                report["steps"][name] = {"seconds": 0.0, "result": None, "error": None,
+                                         "skipped": f"past the {args.budget:.0f} s budget"}
+                continue
+            run = lambda d, q, o, name=name, left=left: gpu_measure.run_step(name, d, q, left)  # noqa: E731
         if name == "rehearsals":
             if not args.world:
                 continue
@@ -223,6 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
         report["steps"][name] = {"seconds": round(time.perf_counter() - start, 1), "result": result, "error": error}
         print(f"== {name} ({report['steps'][name]['seconds']} s): " + (error.splitlines()[0] if error else
               json.dumps(result, default=str)[:600]), flush=True)
+    if any(name in gpu_measure.STEPS for name in report["steps"]):
+        report["chapters"] = gpu_measure.chapters(report["steps"])
     write_bytes(out / "gpu_check.json", json.dumps(report, indent=1, default=str).encode())
     return report
 
