@@ -40,12 +40,13 @@ from typing import Callable
 from lib.core.atomic import write_json
 from lib.core.checksums import file_sha256
 from corpora import manifests
-from provision import prepare_nested, prepare_sets
+from provision import prepare_caltech, prepare_nested, prepare_sets
 from provision.archives import ArchiveError
 from provision.prepare_sets import Prepared, PrepareError
 
 # Every preparer, by dataset: the flat-archive ones and ImageNet+'s nested archives.
-PREPARERS = {**prepare_sets.PREPARERS, "imagenet-plus": prepare_nested.prepare_imagenet_plus}
+PREPARERS = {**prepare_sets.PREPARERS, "imagenet-plus": prepare_nested.prepare_imagenet_plus,
+             "caltech-101": prepare_caltech.prepare_caltech}  # a user's download, checked image by image
 
 __all__ = ["RECORD", "PrepareError", "Prepared", "Staging", "prepare", "check", "target_of", "main"]
 

@@ -452,6 +452,69 @@ def flame_recap_cc3m(folder: Path, pairs: int = 40, shards: int = 2) -> Path:
     return folder
 
 
+CALTECH_CATEGORIES = ["Faces_easy", "Motorbikes", "accordion", "car_side", "yin_yang"]  # a few of the 101
+
+
+def caltech_101(folder: Path, per_class: int = 3, clutter: int = 2) -> dict:
+    """Caltech-101 in each form a user may hold it (:mod:`provision.prepare_caltech`): ``zip/caltech-101.zip`` as
+    CaltechDATA releases it (``caltech-101/101_ObjectCategories.tar.gz`` and ``caltech-101/Annotations.tar`` inside,
+    and a Mac's ``__MACOSX/`` metadata), ``targz/101_ObjectCategories.tar.gz``, ``tar/101_ObjectCategories.tar`` and
+    the extracted ``folder/101_ObjectCategories/``; each with :data:`CALTECH_CATEGORIES` (``per_class`` tiny JPEGs)
+    and ``clutter`` images of ``BACKGROUND_Google``. Not in :data:`DOWNLOADS`: its manifest lists real photos' hashes,
+    so a test writes the stand-in's own (:func:`caltech_101_manifest`). Returns the forms' paths and
+    ``hashes`` (``<category>/<file>`` -> sha256)."""
+    import hashlib
+    import shutil
+
+    images = {f"{category}/image_{i + 1:04d}.jpg": _jpeg(17 * c + i, size=12)
+              for c, category in enumerate(CALTECH_CATEGORIES) for i in range(per_class)}
+    members = {f"101_ObjectCategories/{key}": data for key, data in images.items()}
+    members.update({f"101_ObjectCategories/BACKGROUND_Google/image_{i + 1:04d}.jpg": _jpeg(250 - i, size=12)
+                    for i in range(clutter)})
+    tar = folder / "tar" / "101_ObjectCategories.tar"
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    tar.write_bytes(_tar_bytes(members))
+    targz = folder / "targz" / "101_ObjectCategories.tar.gz"
+    targz.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(targz, "w:gz") as archive:
+        for name, data in members.items():
+            _add(archive, name, data)
+    zipped = folder / "zip" / "caltech-101.zip"
+    zipped.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("caltech-101/101_ObjectCategories.tar.gz", targz.read_bytes())
+        archive.writestr("caltech-101/Annotations.tar", _tar_bytes({"Annotations/Faces_3/annotation_0001.mat": b"x"}))
+        archive.writestr("__MACOSX/caltech-101/._101_ObjectCategories.tar.gz", b"\x00\x05\x16\x07 apple double")
+    extracted = folder / "folder"
+    shutil.rmtree(extracted, ignore_errors=True)
+    for name, data in members.items():
+        (extracted / name).parent.mkdir(parents=True, exist_ok=True)
+        (extracted / name).write_bytes(data)
+    return {"zip": zipped, "tar.gz": targz, "tar": tar, "folder": extracted / "101_ObjectCategories",
+            "hashes": {key: hashlib.sha256(data).hexdigest() for key, data in images.items()}}
+
+
+def caltech_101_manifest(manifest_dir: Path, hashes: dict[str, str], real: Path) -> Path:
+    """``caltech-101.yaml`` and its hash list in ``manifest_dir`` for the stand-in's images: the real manifest
+    (``real``) with the stand-in's categories, names, counts and list."""
+    import hashlib
+
+    import yaml
+
+    manifest = yaml.safe_load(Path(real).read_text(encoding="utf-8"))
+    listing = "".join(f"{digest}  {key}\n" for key, digest in sorted(hashes.items())).encode()
+    (manifest_dir / manifest["image_sha256"]["file"]).write_bytes(listing)
+    categories = sorted({key.split("/")[0] for key in hashes})
+    names = dict(zip(manifest["class_dirs"], manifest["classes"]))
+    manifest.update(class_dirs=categories, classes=[names[c] for c in categories],
+                    images_per_category={c: sum(k.startswith(f"{c}/") for k in hashes) for c in categories},
+                    image_sha256={**manifest["image_sha256"], "sha256": hashlib.sha256(listing).hexdigest(),
+                                  "images": len(hashes)})
+    path = manifest_dir / "caltech-101.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
+    return path
+
+
 DOWNLOADS = {"cc3m-llava": cc3m_llava, "imagenet-1k": imagenet_val, "awa2": awa2, "cub": cub,
              "fgvc-aircraft": fgvc_aircraft, "imagenet-plus": imagenet_plus, "flame-recap-cc3m": flame_recap_cc3m}
 
