@@ -5,8 +5,10 @@ a preparer must assume an archive may be hostile. Three things go wrong with a n
 ``images/../../escape.jpg`` (or ``/etc/x``) is written outside the target ("zip-slip"); a link or device member
 makes a later write land elsewhere; and a small archive expands to gigabytes in memory ("zip bomb"). Here every
 member name is normalised and must stay inside the archive's own tree, links and devices are never followed (they
-are skipped), and every read is streamed in blocks against a per-member and a per-archive byte cap, whatever size
-the archive's header claims. See book/scale_out.md, "Pre-flight".
+are skipped; a symbolic link in a folder given as the download is refused: :func:`no_link`), and every read is
+streamed in blocks against a per-member and a per-archive byte cap, whatever size the archive's header claims.
+Nothing is ever linked into a prepared dataset: every file is copied (a hard link would let an in-place edit of the
+download change the prepared set). See book/scale_out.md, "Pre-flight".
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ArchiveError", "Entry", "entries", "safe_name", "bounded_read", "max_entry_bytes", "max_total_bytes"]
+__all__ = ["ArchiveError", "Entry", "entries", "safe_name", "bounded_read", "no_link", "max_entry_bytes",
+           "max_total_bytes"]
 
 _BLOCK = 1 << 20
 
@@ -45,7 +48,7 @@ class Entry:
     name: str  # normalised path inside the archive or folder, with "/", never absolute, never with ".."
     size: int
     read: Callable[[], bytes]
-    file: Path | None = None  # a file on disk (a folder input): hard-linked instead of copied
+    file: Path | None = None  # the file on disk (a folder input), named in messages; copied, never linked
 
 
 def safe_name(name: str, archive: Path | str = "archive") -> str:
@@ -100,14 +103,19 @@ def _zip_is_link(info: zipfile.ZipInfo) -> bool:
 def entries(path: Path) -> Iterator[Entry]:
     """Every regular file of a zip, a tar (any compression, read once in order) or a folder, safely named.
 
-    Links, devices and other special members are skipped, never followed; a folder's symbolic links are skipped
-    too. Names that would leave the tree raise :class:`ArchiveError` before anything is written."""
+    Links, devices and other special members of an archive are skipped, never followed; a symbolic link in a
+    folder is refused (:func:`no_link`). Names that would leave the tree raise :class:`ArchiveError` before anything
+    is written."""
     path = Path(path)
     if path.is_dir():
-        for root, _, files in os.walk(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in dirs:
+                no_link(Path(root) / name, path)
             for name in sorted(files):
                 file = Path(root) / name
-                if file.is_symlink() or not file.is_file():
+                no_link(file, path)
+                if not file.is_file():
                     continue
                 rel = safe_name(file.relative_to(path).as_posix(), path)
                 yield Entry(rel, file.stat().st_size, lambda f=file, r=rel: _read_file(f, r, path), file)
@@ -138,6 +146,14 @@ def entries(path: Path) -> Iterator[Entry]:
     except tarfile.TarError as error:
         raise ArchiveError(f"{path}: not a readable zip or tar ({error}); a truncated or different download: get it "
                            "again") from None
+
+
+def no_link(path: Path, folder: Path) -> None:
+    """Raise :class:`ArchiveError` if ``path`` (inside the download ``folder``) is a symbolic link: what it points to
+    may be anywhere, and a prepared dataset never holds or follows one."""
+    if Path(path).is_symlink():
+        raise ArchiveError(f"{path} is a symbolic link (to {os.readlink(path)}): provision.prepare reads only regular "
+                           f"files in {folder}; replace the link by the file it points to (cp -L) and run again")
 
 
 def _read_file(file: Path, rel: str, folder: Path) -> bytes:

@@ -16,8 +16,11 @@ being scored as complete. So each dataset has one command, and it:
   every checksum the manifest records (``downloads:`` of ``data_manifests/<dataset>.yaml``; md5 or sha256);
 * builds the loader's layout in ``.<name>.preparing`` beside the target (``--to``, default the manifest's
   location or ``<NAME>_DIR``), writing each file atomically, so an interrupted run resumes where it stopped
-  (files already there with the right size are kept; the image-caption datasets write their tar shards again),
-  and renames the folder into place only at the end: nothing half-prepared ever sits under the final name;
+  (a file already there is kept only when its bytes are those the download gives it now, by sha256, never by
+  size; the image-caption datasets write their tar shards again), and renames the folder into place only at the
+  end: nothing half-prepared ever sits under the final name. A refused download (a hostile member, a file that
+  does not decode, a wrong checksum) takes back every file the run wrote, so no rerun can keep any of them; every
+  file is a copy, never a link; and one run at a time holds the target (``.<name>.lock`` beside it says who);
 * draws every choice it makes (a held-out split, a capped sample) from the manifest's seeded settings, and writes
   them into ``.prepared.json`` with the counts, what was dropped and why, and the sha256 of the index files
   (``train.jsonl``, ``classes.txt``, ...), which ``python -m provision.preflight`` checks before any run
@@ -29,9 +32,15 @@ the released layout (``tools/standins.py``). See book/scale_out.md, "Pre-flight"
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
+import shutil
+import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -54,14 +63,23 @@ RECORD = ".prepared.json"  # inside the prepared folder: what was done, from wha
 FORMAT = 1
 
 
+# What a killed run leaves in the staging folder: lib.core.atomic's temporary files (".<name>.<8 hex>.tmp", or the
+# ".<name>.XXXXXXXX.tmp" of mkstemp before), the links of earlier versions (".<name>.link"), unfinished shards.
+LEFTOVER = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^\..+\.link$|\.tar\.part$")
+
+
 class Staging:
-    """The folder a dataset is built in, beside its target: kept when a run fails (the next run resumes), renamed
-    into place by :meth:`commit`. Every file is written atomically (:meth:`write`, :meth:`write_from`) and only
+    """The folder a dataset is built in, beside its target: kept when a run is interrupted (the next run resumes,
+    keeping a file only if :meth:`holds` its bytes), emptied of what this run wrote when a download is refused
+    (:meth:`discard`), renamed into place by :meth:`commit`. Every file is written atomically (:meth:`write`) and only
     inside the staging folder (:meth:`inside`)."""
 
     def __init__(self, target: Path) -> None:
         self.target = Path(target)
         self.path = self.target.parent / f".{self.target.name}.preparing"
+        # what earlier runs left (path -> inode): the files this run must not take back when it is refused
+        self.before = ({p: p.lstat().st_ino for p in self.path.rglob("*") if not p.is_dir()}
+                       if self.path.is_dir() else None)
         self.path.mkdir(parents=True, exist_ok=True)
         self.written = self.kept = 0
         self.moved_aside: Path | None = None
@@ -73,9 +91,12 @@ class Staging:
             raise PrepareError(f"refusing to write {rel!r}: it is not a path inside {self.target}")
         return path
 
-    def has(self, rel: str, size: int | None) -> bool:
+    def holds(self, rel: str, data: bytes) -> bool:
+        """Whether ``rel`` is already staged with exactly ``data`` (sha256 of both: an earlier run's file of the same
+        size may hold another download's bytes)."""
         path = self.inside(rel)
-        return path.is_file() and (size is None or path.stat().st_size == size)
+        return (path.is_file() and path.stat().st_size == len(data)
+                and file_sha256(path) == hashlib.sha256(data).hexdigest())
 
     def write(self, rel: str, data: bytes) -> None:
         from lib.core.atomic import write_bytes
@@ -83,17 +104,26 @@ class Staging:
         write_bytes(self.inside(rel), data)
         self.written += 1
 
-    def write_from(self, rel: str, size: int | None, read: Callable[[], bytes]) -> bool:
-        """Write ``rel`` from ``read()`` unless it is already there with ``size`` bytes; True if written."""
-        if self.has(rel, size):
-            self.kept += 1
-            return False
-        self.write(rel, read())
-        return True
+    def discard(self) -> None:
+        """Take back every file this run wrote (a refused download's), nothing an earlier run left: the whole folder
+        when this run made it."""
+        if self.before is None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        for path in sorted(self.path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only an emptied folder
+            elif self.before.get(path) != path.lstat().st_ino:
+                path.unlink()
 
     def commit(self) -> Path | None:
         """Rename the staging folder to the target. An existing target is never deleted: it is moved aside to
-        ``<target>.replaced-<time>`` beside it (returned, and kept in :attr:`moved_aside`); an empty one is removed."""
+        ``<target>.replaced-<time>`` beside it (returned, and kept in :attr:`moved_aside`); an empty one is removed.
+        What a killed earlier run left half-written (:data:`LEFTOVER`) is removed first."""
+        for path in self.path.rglob("*"):
+            if LEFTOVER.search(path.name) and (path.is_file() or path.is_symlink()):
+                path.unlink()
         old = None
         if self.target.is_dir() and not any(self.target.iterdir()):
             self.target.rmdir()
@@ -181,19 +211,70 @@ def _record_path(folder: Path) -> Path:
     return Path(folder) / RECORD
 
 
+def _folder_ok(target: Path) -> None:
+    """Refuse a ``--to`` below a file (``afile/sub``) in one line, before anything is made."""
+    above = target.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise PrepareError(f"--to {target}: {above} is a file, not a folder; point --to at a folder (new or empty)")
+
+
+@contextlib.contextmanager
+def locked(target: Path):
+    """Hold ``.<name>.lock`` beside ``target`` (``fcntl.flock``) while preparing it; the file says who holds it (pid,
+    host, since when), and a second run on the same target is refused in one line that says so."""
+    lock = target.parent / f".{target.name}.lock"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 500).decode("utf-8", "replace").strip() or "another run"
+            os.close(fd)
+            raise PrepareError(f"--to {target} is being prepared by {holder} (it holds {lock}): wait for that run to "
+                               "finish or stop it; nothing was changed") from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder finished and removed it as this run opened it: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                 .encode())
+        yield lock
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        os.close(fd)
+
+
 def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, force: bool = False,
             replace: bool = False, options: dict | None = None, skip_checksums: bool = False,
             say: Callable[[str], None] = print) -> Path:
     """Prepare ``dataset`` from the downloads in ``source`` into ``to`` (see the module docstring); returns the target.
 
     ``to`` must be new, empty, or an earlier preparation's folder: a folder holding anything else is refused unless
-    ``replace``, and then moved aside, never deleted (so is an earlier preparation's folder)."""
+    ``replace``, and then moved aside, never deleted (so is an earlier preparation's folder). One run at a time:
+    another run preparing ``to`` is refused (:func:`locked`)."""
     if dataset not in PREPARERS:
         raise PrepareError(f"no preparer for {dataset!r}: one of {', '.join(PREPARERS)}")
     source = Path(source).expanduser().resolve()
     if not source.exists():
         raise PrepareError(f"--from {source} does not exist: point it at the folder holding the downloaded files")
     target = target_of(dataset, to)
+    _folder_ok(target)
+    with locked(target):
+        return _prepare(dataset, source, target, force=force, replace=replace, options=options,
+                        skip_checksums=skip_checksums, say=say)
+
+
+def _prepare(dataset: str, source: Path, target: Path, *, force: bool, replace: bool, options: dict | None,
+             skip_checksums: bool, say: Callable[[str], None]) -> Path:
     if not force and not check(dataset, target):
         say(f"{dataset}: already prepared at {target} ({RECORD} matches); --force prepares it again")
         return target
@@ -211,8 +292,11 @@ def prepare(dataset: str, source: str | Path, to: str | Path | None = None, *, f
     try:
         result = PREPARERS[dataset](source, staging, dict(options or {}),
                                     lambda found: verify_downloads(dataset, found, memo, say, skip_checksums), say)
+    except (PrepareError, ArchiveError):
+        staging.discard()  # a refused download: none of what this run wrote may be kept by the next run
+        raise
     finally:
-        if memo:
+        if memo and staging.path.is_dir():
             write_json(memo_path, memo)
     index = {rel: file_sha256(staging.path / rel) for rel in result.index_files}
     write_json(staging.path / RECORD, {
@@ -238,7 +322,8 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
 
     Checks, in seconds: the folder exists and holds the record of ``python -m provision.prepare``; the index files
     it lists have their recorded sha256; the settings it applied are still the manifest's; and (``count_files``)
-    each class folder / the images folder holds the recorded number of files.
+    each class folder / the images folder holds the recorded number of files, and none is a link (symbolic, or a
+    hard link shared with a file outside: a prepared dataset holds copies only).
     """
     folder = target_of(dataset, folder)
     command = f"python -m provision.prepare {dataset} --from <the downloaded files> --to {folder}"
@@ -275,7 +360,21 @@ def check(dataset: str, folder: str | Path | None = None, *, count_files: bool =
                         f"({what}): run `{command} --force`")
     if count_files and not problems:
         problems += prepare_sets.count_problems(dataset, folder, record, command)
+        link = next(linked(folder), None)
+        if link is not None and not problems:
+            problems.append(f"dataset {dataset}: {link} is a link (symbolic, or a hard link to a file elsewhere): "
+                            f"a prepared dataset holds copies only, so nothing else can change it: run `{command} "
+                            "--force`")
     return problems
+
+
+def linked(folder: Path):
+    """Every symbolic link and hard-linked file under ``folder`` (never followed)."""
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            info = os.lstat(os.path.join(root, name))
+            if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+                yield Path(root) / name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ import tarfile
 from pathlib import Path
 
 from corpora import manifests
+from provision.archives import bounded_read, entries, no_link
 from provision.prepare_sets import IMAGE_SUFFIXES, Entry, Prepared, files_per_folder, find, refuse, settings, stage
 
 WNID = re.compile(r"(n\d{8})(?:\.tar)?$")
@@ -38,7 +39,8 @@ def _image(name: str) -> bool:
 
 class Synsets:
     """One release: a tar of ``<wnid>.tar`` (any compression), or a folder of ``<wnid>.tar`` files or ``<wnid>/``
-    folders."""
+    folders (read as :func:`provision.archives.entries` reads a folder: a symbolic link in it is refused, every
+    image is copied, and an inner tar's members are read against the same per-member cap)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -49,6 +51,7 @@ class Synsets:
         if self.path.is_dir():
             for item in sorted(self.path.iterdir()):
                 match = WNID.search(item.name)
+                no_link(item, self.path)
                 if match and item.is_file() and item.suffix == ".tar":
                     with tarfile.open(item, "r:") as inner:
                         yield match.group(1), inner
@@ -66,24 +69,30 @@ class Synsets:
         if self.path.is_dir():
             for item in sorted(self.path.iterdir()):
                 match = WNID.search(item.name)
+                no_link(item, self.path)
                 if match and item.is_dir():
-                    out[match.group(1)] = sorted((e.name, e.stat().st_size) for e in os.scandir(item)
+                    found = list(os.scandir(item))
+                    for e in found:
+                        no_link(Path(e.path), self.path)
+                    out[match.group(1)] = sorted((e.name, e.stat().st_size) for e in found
                                                  if e.is_file() and _image(e.name))
         for wnid, inner in self._inner_tars(stream=self.compressed):
             out[wnid] = sorted((m.name.rsplit("/", 1)[-1], m.size) for m in inner if m.isfile() and _image(m.name))
         return out
 
-    def extract(self, wanted: dict[str, set[str]], staging, folder: str, link: bool) -> list[str]:
+    def extract(self, wanted: dict[str, set[str]], staging, folder: str) -> list[str]:
         """Write ``<folder>/<wnid>/<name>`` for every wanted name; returns the relative paths written or kept."""
 
         done = []
         if self.path.is_dir():
             for wnid, names in wanted.items():
-                for name in sorted(names):
-                    rel = f"{folder}/{wnid}/{name}"
-                    file = self.path / wnid / name
-                    if file.is_file():
-                        stage(staging, rel, Entry(name, file.stat().st_size, file.read_bytes, file if link else None))
+                no_link(self.path / wnid, self.path)
+                if not (self.path / wnid).is_dir():
+                    continue
+                for entry in entries(self.path / wnid):
+                    if entry.name in names:
+                        rel = f"{folder}/{wnid}/{entry.name}"
+                        stage(staging, rel, entry)
                         done.append(rel)
             todo = {w: n for w, n in wanted.items() if not (self.path / w).is_dir()}
         else:
@@ -98,7 +107,8 @@ class Synsets:
                 name = member.name.rsplit("/", 1)[-1]
                 if member.isfile() and name in names:
                     rel = f"{folder}/{wnid}/{name}"
-                    stage(staging, rel, Entry(name, member.size, lambda m=member, t=inner: t.extractfile(m).read()))
+                    stage(staging, rel, Entry(name, member.size, lambda m=member, t=inner, r=f"{wnid}.tar/{name}":
+                                              bounded_read(t.extractfile(m), r, self.path)))
                     done.append(rel)
         return done
 
@@ -176,7 +186,7 @@ def prepare_imagenet_plus(source: Path, staging, options: dict, verify, say) -> 
     written = []
     for role, release in (("seen", seen_release), ("unseen", unseen_release)):
         chosen = {w: names for (r, w), names in wanted.items() if r == role}
-        written += release.extract(chosen, staging, layout[f"{role}_dir"], link=True)
+        written += release.extract(chosen, staging, layout[f"{role}_dir"])
     per_folder = files_per_folder(staging, written)
     short = [f for (r, w), names in wanted.items() for f in [f"{layout[f'{r}_dir']}/{w}"]
              if per_folder.get(f) != len(names)]

@@ -75,29 +75,17 @@ def find(source: Path, names: list[str], what: str, *, required: bool = True, fo
 
 
 def stage(staging, rel: str, entry: Entry, check: Callable[[bytes], None] | None = None) -> None:
-    """``entry`` at ``rel`` in the staging folder: a hard link for a file on disk, else its bytes (checked first)."""
-    if staging.has(rel, entry.size):
-        staging.kept += 1
-        return
+    """``entry``'s bytes at ``rel`` in the staging folder, checked first (an image must decode whole), and always
+    copied: never a link, so nothing done to the download later changes the prepared set. A file an earlier run
+    staged is kept only when its bytes are the entry's (:meth:`provision.prepare.Staging.holds`), never by size."""
     if check is None and _is_image(rel):  # every image decodes whole before it is prepared, or prepare stops
         check = functools.partial(_must_decode, where=entry.file or entry.name)
-    if entry.file is not None:
-        if check is not None:
-            check(entry.read())
-        dest = staging.inside(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.link")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(entry.file, tmp)
-            os.replace(tmp, dest)
-            staging.written += 1
-            return
-        except OSError:
-            tmp.unlink(missing_ok=True)
     data = entry.read()
     if check is not None:
         check(data)
+    if staging.holds(rel, data):
+        staging.kept += 1
+        return
     staging.write(rel, data)
 
 
@@ -125,6 +113,17 @@ def _must_decode(data: bytes, where) -> None:
 
 def _is_image(name: str) -> bool:
     return Path(name).suffix.lower() in IMAGE_SUFFIXES
+
+
+def _listed_once(archive, name: str, what: str, keys: list[str]) -> list[str]:
+    """``keys`` (the ids or names of a release's index file), refused when one is listed twice: a loader would give
+    two labels one name (or one id two lines), and only a later count would notice."""
+    seen = set()
+    for key in keys:
+        if key in seen:
+            refuse(f"{archive}: {name} lists {what} {key!r} twice: a damaged or edited copy; get the release again")
+        seen.add(key)
+    return keys
 
 
 # ------------------------------------------------------------------------------------------ settings and checks
@@ -404,13 +403,16 @@ def cub(source: Path, staging, options: dict, verify, say):
             written.append(rel)
     if set(lists) != {"classes.txt", "images.txt"}:
         refuse(f"{archive}: classes.txt and images.txt not found: not CUB_200_2011?")
-    classes = [line.split(maxsplit=1)[1] for line in lists["classes.txt"].decode().splitlines() if line.strip()]
+    rows = [line.split(maxsplit=1) for line in lists["classes.txt"].decode().splitlines() if line.strip()]
+    _listed_once(archive, "classes.txt", "class id", [row[0] for row in rows])
+    classes = _listed_once(archive, "classes.txt", "class", [row[-1] for row in rows])
     absent = [c for c in manifests.load("cub")["splits"]["unseen"] if c not in classes]
     if absent:
         refuse(f"{archive}: unseen class {absent[0]!r} of data_manifests/cub.yaml is not in classes.txt: "
               "another version?")
-    listed = {"images/" + line.split(maxsplit=1)[1] for line in lists["images.txt"].decode().splitlines()
-              if line.strip()}
+    rows = [line.split(maxsplit=1) for line in lists["images.txt"].decode().splitlines() if line.strip()]
+    _listed_once(archive, "images.txt", "image id", [row[0] for row in rows])
+    listed = set(_listed_once(archive, "images.txt", "image", ["images/" + row[-1] for row in rows]))
     missing = sorted(listed - set(written))
     if missing:
         refuse(f"{archive}: {len(missing)} images listed in images.txt are missing (e.g. {missing[0]}): "
@@ -446,7 +448,8 @@ def fgvc_aircraft(source: Path, staging, options: dict, verify, say):
     missing = sorted(listed - set(written))
     if missing:
         refuse(f"{archive}: {len(missing)} listed images are missing (e.g. {missing[0]}): a truncated download")
-    families = [f for f in lists[layout["classes"]].decode().splitlines() if f.strip()]
+    families = _listed_once(archive, layout["classes"], "family",
+                            [f for f in lists[layout["classes"]].decode().splitlines() if f.strip()])
     counts = files_per_folder(staging, written)
     result.counts.update(families=len(families), images=len(written), files_per_folder=counts)
     result.index_files = tuple(sorted(keep))
