@@ -10,7 +10,8 @@ from the shown config rather than written by hand: every ``dtype: auto`` becomes
 every ``precision: auto`` ``fp32`` or ``bf16``; explicit settings (a tower held in fp32, a third tower held in
 float32) stay as the config says. The notebook, made from the chapter's ``.py`` source, runs with papermill into
 ``--out`` (a scratch folder; the committed notebook is not touched), then its ``metrics.json`` is copied into
-``book/metrics/<arithmetic>/``.
+``book/metrics/<arithmetic>/``, but only once it parses, has the chapters' schema and holds claims the rule could
+have produced (:func:`keep`): a truncated or damaged file never replaces a good kept run.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import yaml
 from lib.core import atomic
 from tools.run_notebooks import KERNEL, ROOT, config_section, shown_configs
 
+KEPT = ROOT / "book" / "metrics"  # <arithmetic>/<chapter>.json: the kept runs that tools.results_page reads
 FORMATS = {"float32": {"dtype": "float32", "precision": "fp32"},
            "bfloat16": {"dtype": "bfloat16", "precision": "bf16"}}
 
@@ -70,6 +72,24 @@ def command(chapter: str, arithmetic: str, out: Path) -> list[str]:
             "-p", "overrides", yaml.safe_dump(changes, default_flow_style=True, width=10_000).strip()]
 
 
+def keep(chapter: str, arithmetic: str, written: Path) -> Path:
+    """Copy ``written`` (the run's metrics.json) to ``KEPT/<arithmetic>/<chapter>.json``, atomically, once it is
+    valid JSON in ``chapters.metrics``' schema whose claims pass ``tools.results_page.check_claims``; otherwise exit
+    with one line naming the file and what is wrong, and the kept run as it was."""
+    from chapters.metrics import validate_metrics
+    from tools.results_page import parse_metrics
+
+    kept = KEPT / arithmetic / f"{chapter}.json"
+    data = written.read_bytes()
+    try:
+        validate_metrics(parse_metrics(data.decode("utf-8"), written))
+    except (ValueError, UnicodeDecodeError) as error:  # BadMetrics is a ValueError
+        problem = str(error) if str(error).startswith(str(written)) else f"{written}: {error}"
+        raise SystemExit(f"{problem} ({kept} was not replaced)") from None
+    atomic.write_bytes(kept, data)  # a kept run is whole or absent
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chapter", required=True, choices=sorted(shown_configs()))
@@ -93,9 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(line, check=True, env={**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
     if not stale.is_file():
         raise SystemExit(f"{args.chapter} ran but wrote no {stale}: its last cells write metrics.json")
-    kept = ROOT / "book" / "metrics" / args.arithmetic / f"{args.chapter}.json"
-    atomic.write_bytes(kept, stale.read_bytes())  # a kept run is whole or absent
-    print(f"kept {kept.relative_to(ROOT)} (executed notebook: {out / (args.chapter + '.ipynb')})")
+    kept = keep(args.chapter, args.arithmetic, stale)
+    print(f"kept {kept} (executed notebook: {out / (args.chapter + '.ipynb')})")
     return 0
 
 

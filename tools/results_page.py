@@ -18,7 +18,9 @@ intervals side by side, so a reader sees which verdicts survive a change of arit
 ``--metrics DIR`` reads ``DIR/<chapter>.json`` instead, and ``--check`` fails if the committed page
 differs from a fresh rendering. A metric named in ``papers.yaml`` that a chapter no longer writes is
 an error naming the chapter and the key, so the page cannot silently lose a number
-(``tests/test_results_page.py``).
+(``tests/test_results_page.py``); a metrics file that is not valid JSON, or holds a claim that the rule could not
+have produced (a number that is not finite, no seeds, a verdict its interval contradicts) is refused in one line
+naming the file and the claim (:func:`check_claims`), before anything is rendered from it.
 """
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ class MissingMetric(KeyError):
         return str(self.args[0])
 
 
+class BadMetrics(ValueError):
+    """A ``metrics.json`` that is not valid JSON or holds a claim the rule could not have produced: one line,
+    ``<file>: claim <id>: <what is wrong>``."""
+
+
 def load_papers(path: Path = PAPERS) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))["chapters"]
 
@@ -64,7 +71,122 @@ def load_metrics(chapter: str, metrics_dir: Path = METRICS) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: run the chapter (`python -m tools.run_notebooks {chapter}`), "
                                 f"which copies its metrics.json there")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return parse_metrics(path.read_text(encoding="utf-8"), path)
+
+
+def parse_metrics(text: str, path: Path | str) -> dict:
+    """A chapter's ``metrics.json`` read from ``text``, its claims checked (:func:`check_claims`)."""
+    try:
+        metrics = json.loads(text)
+    except ValueError as error:
+        raise BadMetrics(f"{path}: not valid JSON ({error}): run the chapter again, or restore the file from "
+                         "git") from None
+    check_claims(metrics, path)
+    return metrics
+
+
+def rule_verdict(expected: str, outcome: str) -> str:
+    """The verdict ``lib.core.results.Claim.verdict`` gives an outcome (tests check that the two agree)."""
+    if expected == "tie":
+        return "reproduced" if outcome == "tie" else "not reproduced" if outcome in ("a", "b") else "inconclusive"
+    if outcome == expected:
+        return "reproduced"
+    if outcome in ("a", "b"):
+        return "not reproduced"
+    return "no effect at this scale" if outcome == "tie" else "inconclusive"
+
+
+def _interval_outcomes(low: float, high: float, smallest) -> set[str]:
+    """The outcomes ``lib.core.results`` gives the interval [low, high] (``Comparison.decide``), with both ends
+    nudged by far more than a rounding error so that an interval that ends on a boundary accepts either side."""
+    found = set()
+    for nudge in (-1e-12, 0.0, 1e-12):
+        lo, hi = low + nudge, high - nudge
+        outcome = "a" if lo > 0 else "b" if hi < 0 else "unclear"
+        if outcome == "unclear" and smallest and -smallest < lo and hi < smallest:
+            outcome = "tie"
+        found.add(outcome)
+    return found
+
+
+def _not_finite(value, where: str = "") -> str | None:
+    """The first number under ``value`` that is NaN or infinite (or a null among per-seed values: a NaN that
+    ``chapters.metrics.json_safe`` wrote as null), by its path; None when there is none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value}"
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        here = f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]"
+        if item is None and isinstance(value, list) and where.rsplit(".", 1)[-1] in ("values", "differences"):
+            return f"{here} is null"
+        found = _not_finite(item, here.lstrip("."))
+        if found:
+            return found
+    return None
+
+
+def _claim_problem(claim) -> str | None:
+    """What makes ``claim`` (as metrics.json keeps it) something the rule could not have produced, or None."""
+    if not isinstance(claim, dict):
+        return "is not a mapping"
+    bad = _not_finite(claim)
+    if bad:
+        return f"{bad}: not a finite number"
+    verdict, cmp = claim.get("verdict"), claim.get("comparison")
+    if verdict not in VERDICT_MARK:
+        return f"verdict {verdict!r} is not one of {', '.join(VERDICT_MARK)}"
+    if cmp is None:
+        return None
+    if not isinstance(cmp, dict):
+        return "comparison is not a mapping"
+    rank = "rho" in cmp
+    counts = [cmp.get("pairs")] if not rank else []
+    counts += [(cmp.get(side) or {}).get("n") for side in ("a", "b") if isinstance(cmp.get(side), dict)]
+    if any(isinstance(n, int) and n < 1 for n in counts):
+        return "no seeds (a count of 0): the rule judges a claim over paired seeds"
+    expected, outcome = claim.get("expected", "a"), claim.get("outcome", cmp.get("outcome"))
+    low, high = cmp.get("low"), cmp.get("high")
+    if low is not None or high is not None:
+        if low is None or high is None or low > high:
+            return f"[{low}, {high}] is not an interval"
+        pairs = cmp.get("pairs")
+        if isinstance(pairs, int) and pairs < 2:
+            return f"an interval over {pairs} seed: the rule needs two at least"
+        difference = cmp.get("difference")
+        if difference is not None and not low - 1e-12 <= difference <= high + 1e-12:
+            return f"difference {difference} lies outside its interval [{low}, {high}]"
+        allowed = _interval_outcomes(low, high, claim.get("smallest_effect"))
+        interval = f"its interval [{low:+.4g}, {high:+.4g}]"
+    elif rank:
+        rho, p = cmp.get("rho"), cmp.get("p")
+        if (rho is not None and not -1 <= rho <= 1) or (p is not None and not 0 <= p <= 1):
+            return f"rho {rho} or p {p} is out of range"
+        decided = p is not None and p < 0.05 and rho
+        allowed = {"unclear"} | ({"a" if rho > 0 else "b"} if decided else set())
+        interval = f"its rank correlation (rho {rho}, p {p})"
+    else:
+        allowed, interval = {"unknown"}, "no interval (too few seeds)"
+    if outcome is not None and outcome not in allowed:
+        return f"outcome {outcome!r} contradicts {interval}"
+    verdicts = {rule_verdict(expected, o) for o in ([outcome] if outcome is not None else allowed)}
+    if verdict not in verdicts:
+        return f"verdict {verdict!r} contradicts {interval} (the rule gives {' or '.join(sorted(verdicts))})"
+    return None
+
+
+def check_claims(metrics, path: Path | str) -> None:
+    """Refuse (:class:`BadMetrics`) a metrics file whose claims the rule could not have produced: a number that is
+    NaN or infinite, a claim over no seeds, an interval the wrong way round or over one seed, an outcome or a verdict
+    its own interval contradicts, a verdict that is none of the rule's."""
+    claims = metrics.get("claims", []) if isinstance(metrics, dict) else None
+    if not isinstance(claims, list):
+        raise BadMetrics(f"{path}: not a chapter's metrics.json (no list of claims): run the chapter again")
+    for claim in claims:
+        problem = _claim_problem(claim)
+        if problem:
+            name = claim.get("id") if isinstance(claim, dict) else None
+            raise BadMetrics(f"{path}: claim {name}: {problem}")
 
 
 def lookup(metrics: dict, path: list, chapter: str):
@@ -595,13 +717,22 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
     return path
 
 
-def main() -> None:
+def kept_runs(metrics_dir: Path) -> tuple[Path, Path]:
+    """Where the kept runs in the other arithmetic are, beside the shown runs of ``metrics_dir``."""
+    return metrics_dir / "float32", metrics_dir / "bfloat16"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Render book/results.md from book/papers.yaml and chapter metrics.")
-    parser.add_argument("--metrics", type=Path, default=METRICS, help="folder of <chapter>.json (default book/metrics)")
+    parser.add_argument("--metrics", type=Path, default=METRICS, help="folder of <chapter>.json and of the kept runs "
+                        "(float32/, bfloat16/) (default book/metrics)")
     parser.add_argument("--check", action="store_true", help="fail if book/results.md is not up to date")
-    args = parser.parse_args()
-    page = render(metrics_dir=args.metrics)
-    intro = render_intro(INTRO.read_text(encoding="utf-8"), findings_table(metrics_dir=args.metrics))
+    args = parser.parse_args(argv)
+    try:
+        page = render(metrics_dir=args.metrics, reference_dirs=kept_runs(args.metrics))
+        intro = render_intro(INTRO.read_text(encoding="utf-8"), findings_table(metrics_dir=args.metrics))
+    except (BadMetrics, MissingMetric, FileNotFoundError) as error:
+        sys.exit(f"tools.results_page: {error}")
     if args.check:
         if not PAGE.is_file() or PAGE.read_text() != page or INTRO.read_text(encoding="utf-8") != intro:
             sys.exit("book/results.md or book/intro.md is out of date: run `python -m tools.results_page`")
