@@ -38,6 +38,8 @@ READS = {
                      "or a folder of <wnid>.tar files or <wnid>/ folders)",
     "flame-recap-cc3m": "flame-long-minicpm-samples_*.json (HF dataset caj/FLAME-ReCap-CC3M-MiniCPM-Llama3-V-2_5) and "
                         "the CC3M webdataset shards (*.tar of <key>.jpg, e.g. pixparse/cc3m-wds)",
+    "caltech-101": "caltech-101.zip of CaltechDATA (DOI 10.22002/D1.20086), or its 101_ObjectCategories.tar.gz, a .tar "
+                   "or the extracted folder (provision.prepare_caltech)",
 }
 
 
@@ -301,7 +303,7 @@ def _imagenet_devkit(devkit: Path) -> tuple[dict[int, str], list[int]]:
 
 def imagenet_1k(source: Path, staging, options: dict, verify, say):
     """The val tar's ``ILSVRC2012_val_<n>.JPEG`` sorted into ``<wnid>/`` by the devkit's ground truth; or images
-    already in ``<wnid>/`` folders (hard-linked). Every one of the manifest's 1,000 wnids must get images."""
+    already in ``<wnid>/`` folders (copied). Every one of the manifest's 1,000 wnids must get images."""
     result = Prepared()
     wnids = list(manifests.load("imagenet-1k")["class_dirs"])
     tar = find(source, ["ILSVRC2012_img_val.tar"], "the val tar", required=False)
