@@ -303,7 +303,7 @@ def _imagenet_devkit(devkit: Path) -> tuple[dict[int, str], list[int]]:
 
 def imagenet_1k(source: Path, staging, options: dict, verify, say):
     """The val tar's ``ILSVRC2012_val_<n>.JPEG`` sorted into ``<wnid>/`` by the devkit's ground truth; or images
-    already in ``<wnid>/`` folders (hard-linked). Every one of the manifest's 1,000 wnids must get images."""
+    already in ``<wnid>/`` folders (copied). Every one of the manifest's 1,000 wnids must get images."""
     result = Prepared()
     wnids = list(manifests.load("imagenet-1k")["class_dirs"])
     tar = find(source, ["ILSVRC2012_img_val.tar"], "the val tar", required=False)
