@@ -63,8 +63,8 @@ RECORD = ".prepared.json"  # inside the prepared folder: what was done, from wha
 FORMAT = 1
 
 
-# What a killed run leaves in the staging folder: lib.core.atomic's temporary files (".<name>.<8 hex>.tmp", or the
-# ".<name>.XXXXXXXX.tmp" of mkstemp before), the links of earlier versions (".<name>.link"), unfinished shards.
+# What a killed run leaves in the staging folder: lib.core.atomic's temporary files (mkstemp's ".<name>.XXXXXXXX.tmp"),
+# the links of earlier versions (".<name>.link") and unfinished tar shards ("<n>.tar.part").
 LEFTOVER = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^\..+\.link$|\.tar\.part$")
 
 
@@ -120,10 +120,17 @@ class Staging:
     def commit(self) -> Path | None:
         """Rename the staging folder to the target. An existing target is never deleted: it is moved aside to
         ``<target>.replaced-<time>`` beside it (returned, and kept in :attr:`moved_aside`); an empty one is removed.
-        What a killed earlier run left half-written (:data:`LEFTOVER`) is removed first."""
+        First, what a killed earlier run left half-written (:data:`LEFTOVER`) is removed, and every file gets the mode
+        the umask gives a new file (``lib.core.atomic`` writes through ``mkstemp``, whose 0600 would hide the dataset
+        from a lab's other users)."""
+        mode = 0o666 & ~umask()
         for path in self.path.rglob("*"):
-            if LEFTOVER.search(path.name) and (path.is_file() or path.is_symlink()):
+            if path.is_symlink() or not path.is_file():
+                continue
+            if LEFTOVER.search(path.name):
                 path.unlink()
+            elif stat.S_IMODE(path.stat().st_mode) != mode:
+                os.chmod(path, mode)
         old = None
         if self.target.is_dir() and not any(self.target.iterdir()):
             self.target.rmdir()
@@ -133,6 +140,17 @@ class Staging:
         os.replace(self.path, self.target)
         self.moved_aside = old
         return old
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: set and put back at once (prepare runs one thread)
+    os.umask(mask)
+    return mask
 
 
 def _aside(target: Path) -> Path:

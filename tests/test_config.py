@@ -9,7 +9,7 @@ import yaml
 
 from lib.core import config
 from chapters.sharelock import Config as ShareLockConfig
-from chapters.configs import CONFIG_DIR, MAX_CONFIG_BYTES, load, parameter_overrides
+from chapters.configs import CONFIG_DIR, load, parameter_overrides
 from lib.core.config import ConfigError, HeadConfig, TextModelConfig, TrainSettings, build
 
 RAW = yaml.safe_load((CONFIG_DIR / "sharelock.yaml").read_text())
@@ -240,7 +240,7 @@ def test_a_huge_parameter_or_config_file_is_refused_before_it_is_parsed(tmp_path
     with pytest.raises(ConfigError, match=r"parameter overrides: 200,002 characters of YAML is more than"):
         parameter_overrides(overrides="{" + " " * 200_000 + "}")
     big = tmp_path / "mine.yaml"
-    big.write_text("seeds: [0]\n# " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")
+    big.write_text("seeds: [0]\n# " + "x" * (config.MAX_CONFIG_BYTES + 10) + "\n")
     start = time.perf_counter()
     with pytest.raises(ConfigError, match=r"mine.yaml: 1,048,\d+ bytes is more than the 1,048,576 a config may have"):
         load("sharelock", str(big), ShareLockConfig)

@@ -3,16 +3,15 @@
 Why: a crash in the middle of writing a converted model or a data file would otherwise leave a file that the
 next run happily loads.
 See notebooks/sharelock.py, section "The frozen encoders and the frozen-feature pipeline" (the store
-writes every shard this way). Files and folders get the mode the umask gives any new one (``mkstemp``'s 0600
-would hide a shared cache or a prepared dataset from a lab's other users).
+writes every shard this way).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import secrets
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,8 +19,7 @@ from typing import Any, Iterator
 def write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # less the umask, as open() would
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -44,8 +42,7 @@ def building_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temporary folder that becomes ``target`` only if the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    tmp.mkdir()  # 0777 less the umask (mkdtemp's 0700 would hide the folder from other users)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
         if target.exists():
