@@ -187,11 +187,11 @@ def test_set_up_time_code_keys_only_the_full_config(tmp_path, monkeypatch):
     notebook = tmp_path / "nb.py"
     notebook.write_text("# %%\nfrom lib import a\nfrom provision.preflight import require\n", encoding="utf-8")
     monkeypatch.setattr(run_notebooks, "ROOT", tmp_path)
-    offline = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook, "medium")}
-    full = {p.relative_to(tmp_path).as_posix() for p in run_notebooks.lib_closure(notebook, "full")}
-    assert offline == {"lib/__init__.py", "lib/a.py"}
-    assert full == offline | {"provision/__init__.py", "provision/preflight.py", "corpora/__init__.py",
-                              "corpora/only.py"}
+    offline = {p.relative_to(tmp_path).parts for p in run_notebooks.lib_closure(notebook, "medium")}
+    full = {p.relative_to(tmp_path).parts for p in run_notebooks.lib_closure(notebook, "full")}
+    assert offline == {("lib", "__init__.py"), ("lib", "a.py")}
+    assert full == offline | {("provision", "__init__.py"), ("provision", "preflight.py"), ("corpora", "__init__.py"),
+                              ("corpora", "only.py")}
 
 
 @pytest.mark.parametrize("source", run_notebooks.chapters(), ids=lambda p: p.stem)
