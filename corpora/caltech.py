@@ -7,7 +7,7 @@ Why: the book's other photographs are few (Fashion-MNIST's grey products, GCompr
 CLIP's and the VTAB suites. It cannot be installed from a package registry, so it is a *user's download*: the
 folder ``$LIB_DOWNLOADS/caltech-101`` (:data:`DOWNLOADS_ENV`) holds it in any released form, ``python -m
 provision.prepare caltech-101`` checks every image against its sha256 in ``data_manifests/caltech-101.sha256`` and
-lays it out here (:func:`folder`: ``<cache>/data/caltech-101``, or ``CALTECH_101_DIR``), and everything below
+lays it out here (:func:`folder`: ``<cache>/assets/caltech-101``, or ``CALTECH_101_DIR``), and everything below
 reads that copy. Without it, :func:`require` stops with one line saying what to download and where to put it.
 
 * :func:`categories` / :func:`display_name`: the 101 folders (torchvision's order, ``BACKGROUND_Google`` never:

@@ -68,8 +68,8 @@ def location(name: str) -> Path:
     folder = Path(manifest["location"]).expanduser()
     if folder.is_absolute():
         return folder
-    if folder.parts[:1] == (".cache",):  # under the cache root (LIB_CACHE_DIR moves it): .cache/assets, .cache/data
-        return cache_root().joinpath(*folder.parts[1:])
+    if folder.parts[:2] == (".cache", "assets"):
+        return cache_root().joinpath("assets", *folder.parts[2:])
     return REPO_ROOT / folder
 
 

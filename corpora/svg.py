@@ -23,19 +23,14 @@ game-icons      123/s        189/s       mean |diff| 0.1
 resvg renders the filter effects that Fluent's 3D style is made of, fails on none of the sets, and is
 fast enough, so the book uses it. One pitfall: ``resvg_py.svg_to_bytes`` defaults to ``dpi=0``, which
 turns sizes in ``pt`` or ``mm`` (most Inkscape files) into "SVG has an invalid size"; :func:`rasterise`
-passes ``dpi=96`` (the CSS pixel). Another: resvg reads an ``<image href>`` that names a file (a path, relative to
-the working folder, or ``file://``) from disk, outside every cache key, so :func:`rasterise` renders an SVG as it
-renders where no such file exists: only ``#fragment`` and ``data:`` references are kept (:func:`local_only`). See
-notebooks/sharelock.py, section "The data".
+passes ``dpi=96`` (the CSS pixel). See notebooks/sharelock.py, section "The data".
 """
 from __future__ import annotations
 
 import io
 import json
-import re
 import shutil
 import time
-import xml.etree.ElementTree as ElementTree
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Mapping
@@ -62,31 +57,6 @@ def renderer() -> dict:
                        "(tools/requirements.txt lists it)") from None
 
 
-_HREF = re.compile(r"""(\bhref\s*=\s*)("[^"]*"|'[^']*')""")
-
-
-def _inside(value: str) -> bool:
-    """An href that stays inside the SVG: a ``#fragment`` or inline ``data:``."""
-    return value.strip().lower().startswith(("#", "data:"))
-
-
-def local_only(text: str) -> str:
-    """``text`` with every href that names a file (a path, ``file://``, a URL) emptied, as if that file did not
-    exist; an SVG that still reaches outside once its entities are expanded (``href="&name;"``) is refused."""
-    text = _HREF.sub(lambda m: m.group(0) if _inside(m.group(2)[1:-1]) else f'{m.group(1)}""', text)
-    if "<!ENTITY" in text or "&#" in text:
-        try:
-            root = ElementTree.fromstring(text)
-        except ElementTree.ParseError:
-            return text  # resvg judges the markup
-        outside = [v for e in root.iter() for k, v in e.attrib.items() if k.rsplit("}", 1)[-1] == "href"
-                   and v and not _inside(v)]
-        if outside:
-            raise SvgError(f"the SVG refers to a file outside itself ({outside[0][:80]!r}): only #fragment and data: "
-                           "references are rendered")
-    return text
-
-
 def rasterise(svg: str | bytes | Path, size: int = RASTER_SIZE, background: str | None = None) -> Image.Image:
     """Render an SVG (markup or a file) so that its longest side is ``size`` pixels; RGBA, transparent unless
     ``background`` (a CSS colour) is given."""
@@ -94,7 +64,7 @@ def rasterise(svg: str | bytes | Path, size: int = RASTER_SIZE, background: str 
 
     if isinstance(svg, Path):
         svg = svg.read_bytes()
-    text = local_only(svg.decode("utf-8", errors="replace") if isinstance(svg, bytes) else svg)
+    text = svg.decode("utf-8", errors="replace") if isinstance(svg, bytes) else svg
     try:
         png = resvg_py.svg_to_bytes(svg_string=text, width=size, dpi=DPI, background=background)
         image = Image.open(io.BytesIO(bytes(png)))

@@ -9,12 +9,15 @@ behaviour it must meet now: refused in one line, or repaired, and nothing good l
    ``--check`` finds a link);
 4. the results page refuses a non-finite number, a claim over no seeds and a verdict its interval contradicts,
    naming the file and the claim;
-5. inputs that changed results silently: a class listed twice in CUB's classes.txt, an SVG ``<image href>`` to a
-   file on disk, a config key written twice, absurd step and batch counts;
-6. deeply nested YAML is refused at once instead of hanging;
-7. one-line failures: a config file that does not exist, ``--to`` below a file, a target another run is preparing;
+5. inputs that changed results silently: a class listed twice in CUB's classes.txt;
+7. one-line failures: ``--to`` below a file, a target another run is preparing;
 8. prepared files follow the umask, a killed run leaves no temporary file in the dataset, ``results_page --metrics``
    reads the kept runs beside those metrics, an inner tar's members are read against the per-member cap.
+
+The fixes that edit modules every chapter runs (the SVG ``<image href>`` to a file on disk, a config key written
+twice, absurd step and batch counts, deep YAML, a config file that does not exist: ``chapters/configs.py``,
+``corpora/svg.py``) wait on the branch ``pending/reexecution`` with their tests: landing them re-executes every
+chapter in ``medium`` (tools.run_notebooks.fingerprint), which needs the chapters' feature store.
 """
 from __future__ import annotations
 
@@ -27,14 +30,10 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
 
-from chapters.configs import load, parameter_overrides
-from chapters.sharelock import Config as ShareLockConfig
-from lib.core.config import ConfigError
 from provision import prepare, prepare_nested
 from provision.archives import ArchiveError
 from provision.prepare import PrepareError
@@ -335,82 +334,6 @@ def _red(image) -> int:
 
     pixels = np.asarray(image.convert("RGBA")).reshape(-1, 4).astype(int)
     return int(((pixels[:, 0] > 200) & (pixels[:, 1] < 60) & (pixels[:, 3] > 0)).sum())
-
-
-@pytest.mark.parametrize("href", ["{path}", "file://{path}", "red.png", "&outside;"])
-def test_an_svg_image_that_names_a_file_on_disk_is_not_rendered(tmp_path, monkeypatch, href):
-    from PIL import Image
-
-    from corpora.svg import rasterise
-
-    red = tmp_path / "red.png"
-    Image.new("RGB", (16, 16), (255, 0, 0)).save(red)
-    monkeypatch.chdir(tmp_path)  # a relative href would be read from the working folder
-    doctype = f'<!DOCTYPE svg [<!ENTITY outside "{red}">]>'
-    svg = (f'{doctype}<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" width="32" '
-           f'height="32"><rect width="32" height="32" fill="white"/><image xlink:href="{href.format(path=red)}" '
-           'width="32" height="32"/></svg>')
-    assert _red(rasterise(svg, 32)) == 0
-    inline = "data:image/png;base64," + __import__("base64").b64encode(red.read_bytes()).decode()
-    assert _red(rasterise(svg.replace(href.format(path=red), inline), 32)) > 0  # inline data is still drawn
-
-
-def test_an_svg_that_reaches_a_file_through_an_entity_is_refused(tmp_path):
-    from corpora.svg import SvgError, rasterise
-
-    markup = '<image href=&#34;/etc/hostname&#34; width=&#34;32&#34; height=&#34;32&#34;/>'
-    svg = (f'<!DOCTYPE svg [<!ENTITY e "{markup}">]><svg xmlns="http://www.w3.org/2000/svg" width="32" '
-           'height="32">&e;</svg>')
-    with pytest.raises(SvgError, match="refers to a file outside itself"):
-        rasterise(svg, 32)
-
-
-def _config_file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "mine.yaml"
-    path.write_text(text)
-    return path
-
-
-def test_a_config_key_written_twice_is_refused(tmp_path):
-    small = (ROOT / "notebooks" / "configs" / "sharelock.yaml").read_text().split("\nmedium:")[0]
-    body = "\n".join(line[2:] for line in small.splitlines()[1:] if line.startswith("  ") or not line.strip())
-    assert load("sharelock", str(_config_file(tmp_path, body)), ShareLockConfig)  # the small section, as a file
-    twice = _config_file(tmp_path, body + "\nseeds: [7]\n")
-    with pytest.raises(ConfigError, match=r"key 'seeds' is written twice in one mapping \(line \d+\)") as refused:
-        load("sharelock", str(twice), ShareLockConfig)
-    _one_line(str(refused.value), "mine.yaml")
-    with pytest.raises(ConfigError, match="key 'steps' is written twice"):
-        parameter_overrides(overrides="{train: {steps: 2, steps: 3}}")
-
-
-@pytest.mark.parametrize("field, value, most", [("steps", 10**30, "10,000,000"), ("batch_size", 10**12, "1,000,000")])
-def test_absurd_step_and_batch_counts_are_refused(field, value, most):
-    with pytest.raises(ConfigError, match=rf"small.train.{field}: .* expected a positive integer up to {most}") as e:
-        load("sharelock", "small", ShareLockConfig, {"train": {field: value}})
-    _one_line(str(e.value))
-
-
-# --- 6. nesting is bounded before it can hang ------------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["seeds: " + "[" * 50_000 + "]" * 50_000,  # 100 KB of brackets
-                                  "seeds: " + "{a: " * 5_000 + "1" + "}" * 5_000,
-                                  "seeds:\n" + "- " * 5_000 + "1\n",
-                                  "".join(" " * i + "a:\n" for i in range(1_400)) + " " * 1_400 + "1\n"])
-def test_deeply_nested_yaml_is_refused_at_once(tmp_path, text):
-    start = time.perf_counter()
-    with pytest.raises(ConfigError, match="nested more than 50 levels deep") as refused:
-        load("sharelock", str(_config_file(tmp_path, text)), ShareLockConfig)
-    assert time.perf_counter() - start < 3.0
-    _one_line(str(refused.value), "mine.yaml")
-    with pytest.raises(ConfigError, match="nested more than 50 levels deep"):
-        parameter_overrides(overrides="[" * 4_000 + "]" * 4_000)
-
-
-# --- 7. one line, not a traceback ------------------------------------------------------------------------------------
-def test_a_config_file_that_does_not_exist_is_named_with_the_configs_there_are(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError) as refused:
-        load("sharelock", "nope.yml", ShareLockConfig)
-    _one_line(str(refused.value), "nope.yml", "small", "medium", "full")
 
 
 def _cli(*args):
