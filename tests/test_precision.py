@@ -3,6 +3,8 @@ and the keys of the feature store and the run cache name the resolved format, ne
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,3 +107,20 @@ def test_every_encoder_loads_its_weights_in_the_resolved_dtype(monkeypatch, fast
                     FacetEncoder(smollm2, facets=["this image description"], dtype="auto")):
         assert encoder.model.dtype == expected
         assert encoder.cache_spec()["dtype"] == str(expected).removeprefix("torch.")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/cpuinfo").is_file(), reason="needs root and Linux's /proc")
+def test_as_avx2_only_resolves_auto_to_float32_and_holds_torch_to_avx2():
+    """tools/as_avx2_only.sh: what README's budget for a CPU without bfloat16 units is measured with."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    probe = ("from lib.core.precision import cpu_bf16_units, resolve_dtype, resolve_precision; import torch; "
+             "print(cpu_bf16_units(), resolve_dtype('auto'), resolve_precision('auto'), "
+             "torch.backends.cpu.get_cpu_capability())")
+    done = subprocess.run(["bash", str(root / "tools" / "as_avx2_only.sh"), sys.executable, "-c", probe], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    units, dtype, train, capability = done.stdout.split()
+    assert (units, dtype, train) == ("()", "float32", "fp32") and capability in ("AVX2", "DEFAULT")
