@@ -27,12 +27,19 @@ def test_committed_page_is_the_rendering_of_the_committed_metrics():
     assert results_page.PAGE.read_text() == results_page.render(), "run `python -m tools.results_page`"
 
 
-def test_the_intro_opens_with_the_findings_table_of_the_committed_metrics():
+def test_the_intro_opens_with_the_findings_of_the_committed_metrics():
+    """The intro's first section is generated: one sentence per paper, then the verdict table (and, in a fold, the
+    seeds, the power and the arithmetic), all from the committed metrics."""
     intro = results_page.INTRO.read_text(encoding="utf-8")
-    assert intro == results_page.render_intro(intro, results_page.findings_table()), \
+    assert intro == results_page.render_intro(intro, results_page.intro_findings()), \
         "run `python -m tools.results_page`"
     opening = "\n## ".join(intro.split("\n## ")[:2])  # the title's paragraph and the first section
     assert results_page.INTRO_MARKERS[0] in opening and re.search(r"reproduced|inconclusive|no effect", opening)
+    findings = opening.split(results_page.INTRO_MARKERS[0])[1]
+    sentences = [line for line in findings.splitlines() if line.startswith("- **")]
+    assert [s.split("**")[1] for s in sentences[:len(CHAPTERS)]] == [PAPERS[c]["title"] for c in CHAPTERS]
+    assert findings.index(sentences[len(CHAPTERS) - 1]) < findings.index("| chapter | claim | paper |")
+    assert findings.index("| chapter | claim | paper |") < findings.index(":::{dropdown}")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -48,7 +55,10 @@ def test_every_chapter_has_its_numbers_and_verdicts_on_the_page(chapter):
             assert f"| {results_page.fmt(value, analogue.get('percent', False))} |" in page, analogue["label"]
     assert metrics["claims"], f"{chapter} tested no claim"
     for claim in metrics["claims"]:
-        assert f"| {results_page.VERDICT_MARK[claim['verdict']]} |" in page and claim["statement"] in page
+        row = results_page.verdict_row(claim)
+        shown = row if claim.get("origin", "paper") == "paper" else [c for i, c in enumerate(row) if i != 1]
+        assert "| " + " | ".join(results_page._cell(c) for c in shown) + " |" in page, claim["id"]
+        assert claim["statement"] in page and f"**{results_page.label(claim)}**: " in page
     if "full_run" not in info:  # the full-config column is shown only where a full run exists
         assert "full config, this book" not in page.split(f"## {info['title']}")[1].split("\n## ")[0]
 
@@ -105,12 +115,49 @@ def test_the_figure_shows_every_two_method_claim_as_a_difference_with_its_interv
     assert "figures/claims-differences-with-intervals.png" in page and results_page.FIGURE.is_file()
 
 
-def test_the_page_opens_with_the_verdict_counts_and_one_line_per_paper():
+def test_the_page_opens_with_the_verdict_counts_and_a_table_of_every_claim():
+    """The summary is a table (chapter, claim, paper, this book's two arms, A − B with its interval, verdict), one
+    row per claim, each claim named by its short label; no semicolon prose."""
     page = results_page.PAGE.read_text(encoding="utf-8")
     first_screen = page.split("\n## ")[0]
     assert re.search(r"\*\*Of the papers' \d+ claims tested offline: ", first_screen)
+    table = first_screen.split("| chapter | claim | paper | this book, % |")[1]
     for chapter in CHAPTERS:
-        assert f"- **{PAPERS[chapter]['title']}**: " in first_screen
+        assert f"\n| {PAPERS[chapter]['title']} | " in table
+        for claim in results_page.load_metrics(chapter)["claims"]:
+            assert f"| {results_page._cell(results_page.verdict_row(claim)[0])} |" in first_screen, claim["id"]
+    assert "; " not in " ".join(line for line in first_screen.splitlines() if line.startswith("- **"))
+
+
+def _claims():
+    return [(chapter, claim) for chapter in CHAPTERS for claim in results_page.load_metrics(chapter)["claims"]]
+
+
+def test_every_claim_has_a_short_unique_label_naming_what_is_compared_on_what():
+    """A label per claim id (tools.results_page.LABELS): "A vs B, on what"; a paper claim's label names its table."""
+    labels = {}
+    for chapter, claim in _claims():
+        assert claim["id"] in results_page.LABELS, f"{chapter}: claim {claim['id']} has no label in LABELS"
+        text = results_page.label(claim)
+        assert " vs " in text and "," in text and len(text) <= 80, text
+        if claim.get("origin", "paper") == "paper":
+            assert re.search(r"\((Table \w+|Figure \d+|§[\d.]+)\)$", text), text
+        assert text not in labels, f"{claim['id']} and {labels.get(text)} share the label {text!r}"
+        labels[text] = claim["id"]
+    assert not set(results_page.LABELS) - {claim["id"] for _, claim in _claims()}, "a label for no claim"
+
+
+def test_no_table_cell_of_the_generated_pages_is_longer_than_300_characters():
+    """Long texts (a claim's statement, its evidence, its diagnosis, what an analogue shows) are lines of their own,
+    never cells; a diagnosis is never glued onto a verdict's text."""
+    intro = results_page.INTRO.read_text(encoding="utf-8")
+    for name, text in (("results.md", results_page.PAGE.read_text(encoding="utf-8")), ("intro.md", intro)):
+        cells = [cell.strip() for line in text.splitlines() if line.startswith("|")
+                 for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        assert cells, name
+        long = [cell[:80] for cell in cells if len(cell) > 300]
+        assert not long, f"{name}: {len(long)} cells over 300 characters, e.g. {long[0]!r}"
+        assert not [cell for cell in cells if "Diagnosis" in cell], f"{name}: a diagnosis in a table cell"
 
 
 REFERENCE = re.compile(r"\b(Tables?|Figure|Fig\.|Section|Appendix|abstract)\b|§\s?\d|\bA\.\d")

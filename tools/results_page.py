@@ -224,23 +224,191 @@ def _counts(claims: list[dict]) -> str:
     return ", ".join(found) or "none tested"
 
 
-def summary_lines(papers: dict, chapters: list[str], metrics_dir: Path) -> list[str]:
-    """The page's first screen: the verdict counts over every chapter, then one line per paper."""
-    every = {c: load_metrics(c, metrics_dir).get("claims", []) for c in chapters}
-    paper = [x for c in chapters for x in every[c] if x.get("origin", "paper") == "paper"]
-    book = [x for c in chapters for x in every[c] if x.get("origin") == "book"]
-    lines = [f"**Of the papers' {len(paper)} claims tested offline: {_counts(paper)}.** The book's own "
-             f"{len(book)} questions: {_counts(book)}.", ""]
+# A short label per claim, unique over the book: what is compared, on what. The tables show it where the claim's full
+# statement would not fit a cell; a paper claim's label ends with the table it comes from (:func:`label`).
+LABELS = {
+    "sharelock_beats_lit": "ShareLock vs LiT, classification",
+    "zero_shot_above_chance": "ShareLock head vs chance, unseen concepts",
+    "decoder_beats_encoder": "Gemma decoder vs MiniLM encoder, classification",
+    "real_photos_above_chance": "ShareLock head vs chance, real photographs",
+    "mlp_beats_linear": "MLP vs linear head, classification",
+    "decoders_beat_encoders": "decoders vs encoders, ViTeRB score",
+    "reference_beats_names": "human-written text vs class names, ViTeRB score",
+    "wikipedia_beats_names": "Wikipedia paragraphs vs class names, ViTeRB score",
+    "capability_predicts_alignment": "perplexity vs ViTeRB score, rank over the decoders",
+    "size_predicts_alignment": "size vs ViTeRB score, rank over the decoders",
+    "above_chance": "ViTeRB score vs chance, unseen concepts",
+    "frozen_llm_beats_scratch": "FLAME vs text tower from scratch, classification",
+    "more_facets_help": "3 facets vs 1, text-to-image retrieval",
+    "multilingual_transfer": "FLAME vs text tower from scratch, other languages",
+    "3t_beats_scratch_retrieval": "3T vs from scratch, retrieval",
+    "3t_beats_scratch_average": "3T vs from scratch, classification",
+    "3t_beats_lit_retrieval": "3T vs LiT, retrieval",
+    "lit_beats_3t_where_labels_cover": "LiT vs 3T, concepts ImageNet-1k names",
+    "3t_beats_lit_where_labels_do_not_cover": "3T vs LiT, concepts ImageNet-1k lacks",
+    "fdt_beats_pooled": "FDT vs pooled head, classification",
+    "sparsemax_beats_softmax_as_features": "sparsemax vs softmax, code weights as features",
+    "sparsemax_beats_softmax": "sparsemax vs softmax, FDT embeddings",
+    "fdt_above_chance": "FDT head vs chance, unseen concepts",
+}
+
+
+def cited_where(claim: dict) -> str:
+    """The paper's table (else figure, else section) a claim's reference names first, or ``""``."""
+    reference = claim.get("reference") or ""
+    for pattern in (r"Table \w+", r"Figure \d+", r"§[\d.]+"):
+        found = re.search(pattern, reference)
+        if found:
+            return found.group(0)
+    return ""
+
+
+def label(claim: dict, where: bool = True) -> str:
+    """A claim's short label (:data:`LABELS`), with the paper's table for a paper claim; a claim without one (a
+    stand-in's) falls back to its statement, else its two names."""
+    text = LABELS.get(claim.get("id")) or claim.get("statement") or " vs ".join(claim.get("names") or ["?"])
+    cited = cited_where(claim) if where and claim.get("origin", "paper") == "paper" else ""
+    return f"{text} ({cited})" if cited else text
+
+
+def _percent(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def arms_text(claim: dict) -> str:
+    """This book's two arms, ``"2.56 vs 3.05"`` in the claim's unit (%), or the rank correlation's rho."""
+    cmp, scale = claim.get("comparison") or {}, claim.get("scale", 100.0)
+    if "rho" in cmp:
+        return "–" if cmp.get("rho") is None else f"rho {cmp['rho']:+.2f} over {cmp.get('n')} models"
+    a, b = (cmp.get(side) or {} for side in ("a", "b"))
+    if a.get("mean") is None or b.get("mean") is None:
+        return "–"
+    return f"{_percent(scale * a['mean'])} vs {_percent(scale * b['mean'])}"
+
+
+def difference_text(claim: dict) -> str:
+    """``"-0.49 [-0.81, -0.17]"`` (A − B in points with its 95 % interval), ``"p = 0.167"`` for a rank correlation,
+    ``"–"`` without an interval."""
+    cmp, scale = claim.get("comparison") or {}, claim.get("scale", 100.0)
+    if "rho" in cmp:
+        return "–" if cmp.get("p") is None else f"p = {cmp['p']:.3f}"
+    if cmp.get("difference") is None or cmp.get("low") is None:
+        return "–"
+    return f"{scale * cmp['difference']:+.2f} [{scale * cmp['low']:+.2f}, {scale * cmp['high']:+.2f}]"
+
+
+def paper_text(claim: dict) -> str:
+    """The paper's two numbers, ``"50.5 vs 41.7"``, or its printed value where it is not a pair; ``"–"`` for the
+    book's own question."""
+    pair = claim.get("paper_pair")
+    if pair and len(pair) == 2 and all(isinstance(v, (int, float)) for v in pair):
+        return f"{pair[0]:.1f} vs {pair[1]:.1f}"
+    return claim.get("paper_value") or "–"
+
+
+# The table's columns after the chapter's; book/_static/reader.css gives them their widths (class "verdicts").
+VERDICT_HEADER = ["claim", "paper", "this book, %", "A − B [95\u00a0%]", "verdict"]
+
+
+NBSP = "\u00a0"
+
+
+def verdict_row(claim: dict) -> list[str]:
+    """One claim as a row of :data:`VERDICT_HEADER` (a short cell each: the long texts stay out of tables). A number
+    pair never breaks inside (``2.56 vs 3.05``, ``[-0.81, -0.17]``), so the narrow columns wrap only between them."""
+    arms = arms_text(claim)
+    arms = arms.replace(" ", NBSP) if re.fullmatch(r"\S+ vs \S+", arms) else arms
+    difference = difference_text(claim).replace(", ", "," + NBSP)
+    name = re.sub(r"(Table|Figure) (\w+)\)$", lambda m: f"{m.group(1)}{NBSP}{m.group(2)})", label(claim))
+    return [name, paper_text(claim), arms, difference, VERDICT_MARK[claim["verdict"]].replace(" ", NBSP, 1)]
+
+
+def _claims_of(chapters: list[str], metrics_dir: Path, origin: str) -> list[tuple[str, dict]]:
+    return [(chapter, claim) for chapter in chapters for claim in load_metrics(chapter, metrics_dir).get("claims", [])
+            if claim.get("origin", "paper") == origin]
+
+
+def verdict_table(papers: dict, chapters: list[str], metrics_dir: Path, origin: str = "paper") -> list[str]:
+    """Every claim from ``origin`` (the papers', or the book's own questions) as one short row each, the chapter
+    named once in the first row of its claims."""
+    keep = [i for i, name in enumerate(VERDICT_HEADER) if origin == "paper" or name != "paper"]
+    header = ["chapter", *(VERDICT_HEADER[i] for i in keep)]
+    lines = [":::{table}", f":class: verdicts{'' if origin == 'paper' else ' without-paper'}", "",
+             "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    previous = None
+    for chapter, claim in _claims_of(chapters, metrics_dir, origin):
+        title = papers[chapter]["title"] if chapter != previous else ""
+        previous = chapter
+        row = verdict_row(claim)
+        lines.append("| " + " | ".join(_cell(c) for c in [title, *(row[i] for i in keep)]) + " |")
+    return [*lines, ":::"]
+
+
+def _counts_words(claims: list[dict]) -> str:
+    """``"1 of 3 claims reproduced, 2 not reproduced"``: how a paper fared, in words."""
+    reproduced = sum(c["verdict"] == "reproduced" for c in claims)
+    rest = [f"{sum(c['verdict'] == v for c in claims)} {v}" for v in VERDICT_MARK
+            if v != "reproduced" and any(c["verdict"] == v for c in claims)]
+    head = f"{reproduced or 'none'} of {len(claims)} claims reproduced"
+    return ", ".join([head, *rest])
+
+
+def chapter_subtitle(chapter: str) -> str:
+    """What the chapter is about, in its own words: its page title after the paper's name (``notebooks/<name>.py``'s
+    first heading), or ``""``."""
+    source = ROOT / "notebooks" / f"{chapter}.py"
+    if not source.is_file():
+        return ""
+    found = re.search(r"^# # [^:\n]+: (.+)$", source.read_text(encoding="utf-8"), re.M)
+    return found.group(1).strip() if found else ""
+
+
+def paper_sentences(papers: dict, chapters: list[str], metrics_dir: Path) -> list[str]:
+    """One plain sentence per paper: what it is about, and how its claims fared here."""
+    lines = []
     for chapter in chapters:
-        own = [x for x in every[chapter] if x.get("origin", "paper") == "paper"]
-        lines.append(f"- **{papers[chapter]['title']}**: {_counts(own)}"
-                     + "".join(f"; {x['names'][0]} vs {x['names'][1]}: {x['verdict']}" for x in own) + ".")
-    return lines + [""]
+        own = [c for _, c in _claims_of([chapter], metrics_dir, "paper")]
+        about = chapter_subtitle(chapter)
+        lines.append(f"- **{papers[chapter]['title']}**{f' ({about})' if about else ''}: {_counts_words(own)}.")
+    return lines
+
+
+def summary_lines(papers: dict, chapters: list[str], metrics_dir: Path) -> list[str]:
+    """The page's first screen: the verdict counts over every chapter, then one short row per claim."""
+    paper = [c for _, c in _claims_of(chapters, metrics_dir, "paper")]
+    book = [c for _, c in _claims_of(chapters, metrics_dir, "book")]
+    return [f"**Of the papers' {len(paper)} claims tested offline: {_counts(paper)}.** The book's own "
+            f"{len(book)} questions: {_counts(book)}. The paper's numbers are those it prints (its table beside the "
+            "claim); this book's are the two methods' means over paired seeds in %, and A − B is in points with its "
+            "95 % interval. Each chapter's section below gives every claim in full, with the numbers behind it and, "
+            "where the chapter found one, its diagnosis.", "",
+            *verdict_table(papers, chapters, metrics_dir), "",
+            "The book's own questions (claims the papers do not make, so no paper number stands beside them):", "",
+            *verdict_table(papers, chapters, metrics_dir, "book"), ""]
+
+
+def claim_details(metrics: dict, origin: str = "paper") -> list[str]:
+    """Every claim the chapter tested from ``origin``, in full and out of any table: its label and verdict, the
+    claim as stated, the paper's number and where it is printed, this run's evidence, and the diagnosis on a line of
+    its own."""
+    lines = []
+    for claim in metrics.get("claims", []):
+        if claim.get("origin", "paper") != origin:
+            continue
+        paper = f"{claim['paper_value']} ({claim['reference']})" if claim.get("paper_value") else claim["reference"]
+        lines += [f"**{label(claim)}**: {VERDICT_MARK[claim['verdict']]}", "",
+                  f"- *The claim:* {claim['statement']}.", f"- *The paper:* {paper}.",
+                  f"- *This book:* {claim['evidence']}."]
+        if claim.get("diagnosis"):
+            lines.append(f"- *Diagnosis:* {claim['diagnosis']}.")
+        lines.append("")
+    return lines
 
 
 def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
     """Rows of a chapter's numbers table: the paper's number and each offline analogue (and the full
-    config's number, only where a full-config run exists)."""
+    config's number, only where a full-config run exists). What each analogue shows is a sentence below the table
+    (:func:`render`), not a cell."""
     full = info.get("full_run")
     rows = []
     for claim in info["claims"]:
@@ -253,21 +421,7 @@ def chapter_rows(chapter: str, info: dict, metrics: dict) -> list[list[str]]:
             value = fmt(lookup(metrics, analogue["metric"], chapter), analogue.get("percent", False))
             first = j == 0
             rows.append([claim["claim"] if first else "", paper if first else "",
-                         *(here if first else [""] * len(here)), analogue["label"], value,
-                         claim["shows"] if first else ""])
-    return rows
-
-
-def claim_rows(metrics: dict, origin: str = "paper") -> list[list[str]]:
-    """One row per claim the chapter tested from ``origin`` (``paper``: the paper's claims, with its number; ``book``:
-    the book's own questions): the claim, the reference, this run's evidence, the verdict."""
-    rows = []
-    for claim in metrics.get("claims", []):
-        if claim.get("origin", "paper") != origin:
-            continue
-        paper = f"{claim['paper_value']} ({claim['reference']})" if claim.get("paper_value") else claim["reference"]
-        evidence = claim["evidence"] + (f" Diagnosis: {claim['diagnosis']}" if claim.get("diagnosis") else "")
-        rows.append([claim["statement"], paper, evidence, VERDICT_MARK[claim["verdict"]]])
+                         *(here if first else [""] * len(here)), analogue["label"], value])
     return rows
 
 
@@ -436,7 +590,7 @@ def _claim_pairs(pairs: dict[str, ArithmeticPair]):
 
 
 def _pair_rows(papers: dict, claim_pairs: list[tuple]) -> list[list[str]]:
-    return [[papers[chapter]["title"], new["statement"], _interval_text(old), _interval_text(new),
+    return [[papers[chapter]["title"], label(new), _interval_text(old), _interval_text(new),
              _shift_text(shift, new), _agreement(old, new)]
             for chapter, old, new, shift in claim_pairs]
 
@@ -560,6 +714,19 @@ def stability_section(papers: dict, chapters: list[str], metrics_dir: Path, refe
     ]
 
 
+def seeds_text(seeds: list) -> str:
+    """``"7 paired seeds, 0–6"``, or the seeds listed where they are not a run of consecutive numbers."""
+    if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{len(seeds)} paired seeds, {seeds[0]}–{seeds[-1]}"
+    return f"{len(seeds)} paired seed{'s' if len(seeds) != 1 else ''}, {', '.join(map(str, seeds))}"
+
+
+def run_text(metrics: dict) -> str:
+    """``"medium config, 7 paired seeds (0–6)"``: which run a chapter's numbers come from."""
+    seeds = (metrics.get("settings") or {}).get("seeds")
+    return f"{metrics.get('config', 'small')} config, {seeds_text(seeds)}" if seeds else "small config"
+
+
 def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None,
            reference_dirs=REFERENCE_RUNS) -> str:
     from lib.core.results import RULE
@@ -578,9 +745,9 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         *summary_lines(papers, chapters, metrics_dir),
         f"One rule decides every verdict: {RULE} The numbers are those of the executed chapters of this book (their",
         "`metrics.json`); they come from the chapters' offline configs, with other data and models 10³–10⁴",
-        "times smaller than the papers', so compare directions, not sizes. Each section then puts the paper's",
-        "headline numbers, with the table they are printed in, beside the offline analogue of each; the book's own",
-        "questions (claims the papers do not make) are listed apart.",
+        "times smaller than the papers', so compare directions, not sizes. Each chapter's section then gives its",
+        "claims in full and puts the paper's headline numbers, with the table they are printed in, beside the offline",
+        "analogue of each.",
         "",
         "```{figure} figures/claims-differences-with-intervals.png",
         ":name: fig-claims-differences",
@@ -590,40 +757,35 @@ def render(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: li
         "Every claim that compares two methods: the difference A − B in points (dot) with its 95 % interval over",
         "paired seeds (bar), coloured by verdict. The shaded band is ± the paper's own relative effect applied to",
         "this book's baseline: an interval inside it is *no effect at this scale*. Rank correlations and claims",
-        "against chance are in the tables below.",
+        "against chance are in the tables above.",
         "```",
         "",
     ]
     for chapter in chapters:
         info, metrics = papers[chapter], load_metrics(chapter, metrics_dir)
-        seeds = (metrics.get("settings") or {}).get("seeds")
-        run = (f"{metrics.get('config', 'small')} config, seeds {', '.join(map(str, seeds))}" if seeds
-               else "small config")
         full = info["full_config"]
         has_full = info.get("full_run") is not None
         lines += [
             f"## {info['title']}",
             "",
-            f"Paper: {{cite:t}}`{info['cite']}`. Chapter: [{info['title']}](../notebooks/{chapter}.ipynb) ({run}).",
-            f"What a full-config run needs. **GPU:** {full['gpu'].rstrip('.')}. **Data:** {full['data'].rstrip('.')}.",
+            f"Paper: {{cite:t}}`{info['cite']}`. Chapter: [{info['title']}](../notebooks/{chapter}.ipynb) "
+            f"({run_text(metrics)}).",
             "",
+            *claim_details(metrics),
         ]
-        claims = claim_rows(metrics)
-        if claims:
-            lines += ["| the paper's claim | paper | this book | verdict |", "|---|---|---|---|"]
-            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in claims]
-            lines.append("")
-        own = claim_rows(metrics, "book")
+        own = claim_details(metrics, "book")
         if own:
             lines += ["The book's own questions (claims the paper does not make; no paper number belongs beside them):",
-                      "", "| the book's question | where the paper stands | this book | verdict |", "|---|---|---|---|"]
-            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in own]
-            lines.append("")
+                      "", *own]
         header = ["paper's setting", "paper", *(["full config, this book"] if has_full else []),
-                  "offline analogue", "this book", "what the analogue shows"]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                  "offline analogue", "this book"]
+        lines += ["The paper's headline numbers beside their offline analogues:", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in chapter_rows(chapter, info, metrics)]
-        lines.append("")
+        lines += ["", "What each analogue shows:", ""]
+        lines += [f"- *{claim['claim']}*: {claim['shows'].rstrip('.')}." for claim in info["claims"]]
+        lines += ["", ":::{dropdown} What a full-config run needs", f"**GPU:** {full['gpu'].rstrip('.')}.", "",
+                  f"**Data:** {full['data'].rstrip('.')}.", ":::", ""]
     lines += stability_section(papers, chapters, metrics_dir, reference_dirs)
     return "\n".join(lines)
 
@@ -633,32 +795,82 @@ INTRO_MARKERS = ("<!-- findings: generated by python -m tools.results_page -->",
 
 
 def findings_table(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None) -> str:
-    """The intro's table of every paper claim tested: paper, claim, the paper's numbers, ours (A − B with its
-    interval), the verdict. Generated from the chapters' metrics, never typed by hand."""
+    """The intro's table of every paper claim tested (:func:`verdict_table`): the claim's label with its table, the
+    paper's numbers, this book's two arms, A − B with its interval, the verdict. Generated, never typed by hand."""
     papers = load_papers() if papers is None else papers
     chapters = toc_chapters() if chapters is None else chapters
-    lines = ["| paper | claim | paper's numbers | this book (A − B, 95 % interval) | verdict |",
-             "|---|---|---|---|---|"]
-    for chapter in chapters:
-        for claim in load_metrics(chapter, metrics_dir).get("claims", []):
-            if claim.get("origin", "paper") != "paper":
-                continue
-            cmp, scale = claim["comparison"], claim.get("scale", 100.0)
-            ours = "–"
-            if "rho" in cmp and cmp.get("rho") is not None:
-                ours = f"rho {cmp['rho']:+.2f}, p = {cmp.get('p', float('nan')):.3f}"
-            elif cmp.get("difference") is not None and cmp.get("low") is not None:
-                ours = (f"{scale * cmp['difference']:+.2f} "
-                        f"[{scale * cmp['low']:+.2f}, {scale * cmp['high']:+.2f}] points")
-            names = f"{claim['names'][0]} vs {claim['names'][1]}"
-            lines.append("| " + " | ".join(_cell(c) for c in (papers[chapter]["title"], names,
-                                                                f"{claim['paper_value']} ({claim['reference']})",
-                                                                ours, VERDICT_MARK[claim["verdict"]])) + " |")
-    return "\n".join(lines)
+    return "\n".join(verdict_table(papers, chapters, metrics_dir))
+
+
+def _power_lines(chapters: list[str], metrics_dir: Path) -> list[str]:
+    """For every paper claim that is inconclusive or shows no effect of the paper's size: what the runs could have
+    detected (the claim's MDE, the paper's effect applied here, the seeds it would take)."""
+    lines = []
+    for _, claim in _claims_of(chapters, metrics_dir, "paper"):
+        cmp, scale = claim.get("comparison") or {}, claim.get("scale", 100.0)
+        mde, smallest, need = cmp.get("mde"), claim.get("smallest_effect"), claim.get("seeds_needed")
+        if claim["verdict"] == "inconclusive" and "rho" in cmp:
+            lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, a rank correlation over "
+                         f"{cmp.get('n')} models, whose smallest possible p is 1/{math.factorial(cmp.get('n') or 1)}.")
+        elif claim["verdict"] == "inconclusive" and mde is not None:
+            reach = (f"; about {need} paired seeds would reach the paper's effect" if need and smallest else "")
+            against = f" against the paper's effect applied here, {scale * smallest:.2f}" if smallest else ""
+            lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, MDE {scale * mde:.2f} points"
+                         f"{against}{reach}.")
+        elif claim["verdict"] == "no effect at this scale" and smallest:
+            lines.append(f"- {label(claim)}: {VERDICT_MARK['no effect at this scale']}, the interval "
+                         f"{difference_text(claim)} lies inside ± {scale * smallest:.2f} points, the paper's effect "
+                         "applied here.")
+    return lines
+
+
+def _arithmetic_lines(papers: dict, chapters: list[str], metrics_dir: Path, reference_dirs) -> list[str]:
+    """The verdicts that a run in the other arithmetic keeps, counted, and the ones it changes, named."""
+    claim_pairs = list(_claim_pairs(arithmetic_pairs(chapters, metrics_dir, reference_dirs)))
+    if not claim_pairs:
+        return []
+    moved = [(old, new, shift) for _, old, new, shift in claim_pairs if old["verdict"] != new["verdict"]]
+    lines = [f"**Arithmetic.** Run again with the same seeds in the other arithmetic (float32 against bfloat16), "
+             f"{len(claim_pairs) - len(moved)} of {len(claim_pairs)} verdicts stay the same"
+             + ("." if not moved else "; the one that changes:" if len(moved) == 1 else "; the ones that change:"), ""]
+    lines += [f"- {label(new)}: float32 {_interval_text(old)}; bfloat16 {_interval_text(new)}; the shift "
+              f"{_shift_text(shift, new)}." for old, new, shift in moved]
+    return lines + ["", "The last section of [Results](results.md) sets every claim's two runs side by side.", ""]
+
+
+def intro_findings(papers: dict | None = None, metrics_dir: Path = METRICS, chapters: list[str] | None = None,
+                   reference_dirs=REFERENCE_RUNS) -> str:
+    """The intro's findings, all generated from the chapters' metrics: the counts, one sentence per paper, the
+    verdict table, the book's own questions counted, and in a fold what the runs could detect (seeds, power) and
+    which verdicts a change of arithmetic keeps."""
+    papers = load_papers() if papers is None else papers
+    chapters = toc_chapters() if chapters is None else chapters
+    paper = [c for _, c in _claims_of(chapters, metrics_dir, "paper")]
+    book = [c for _, c in _claims_of(chapters, metrics_dir, "book")]
+    runs = {c: load_metrics(c, metrics_dir) for c in chapters}
+    configs = {run.get("config", "small") for run in runs.values()}
+    counts = [f"{papers[c]['title']} {len((run.get('settings') or {}).get('seeds') or [])}"
+              + ("" if len(configs) == 1 else f" ({run.get('config', 'small')} config)") for c, run in runs.items()]
+    seeds = (f"{_and(counts)}" + (f", each chapter in its {configs.pop()} config" if len(configs) == 1 else ""))
+    lines = [*paper_sentences(papers, chapters, metrics_dir), "",
+             *verdict_table(papers, chapters, metrics_dir), "",
+             f"**Of the papers' {len(paper)} claims tested offline: {_counts(paper)}.** The paper's numbers are those "
+             "it prints (its table beside the claim); this book's are the two methods' means over paired seeds in %, "
+             f"and A − B is in points with its 95 % interval. The book's own {len(book)} questions: {_counts(book)} "
+             "([Results](results.md) lists them, with every claim in full).",
+             "", ":::{dropdown} How firm these verdicts are: seeds, power, arithmetic",
+             f"**Seeds.** Each verdict compares the two methods over the same paired seeds: {seeds}.", ""]
+    power = _power_lines(chapters, metrics_dir)
+    if power:
+        lines += ["**Power.** What the runs could have detected where they found no clear difference:", "", *power,
+                  ""]
+    lines += _arithmetic_lines(papers, chapters, metrics_dir, reference_dirs)
+    return "\n".join(lines).rstrip() + "\n:::"
 
 
 def render_intro(text: str, table: str) -> str:
-    """``text`` (book/intro.md) with the generated table between :data:`INTRO_MARKERS` replaced by ``table``."""
+    """``text`` (book/intro.md) with the generated block between :data:`INTRO_MARKERS` replaced by ``table`` (the
+    intro's findings, :func:`intro_findings`)."""
     start, end = INTRO_MARKERS
     if start not in text or end not in text:
         raise MissingMetric(f"book/intro.md has no {start} ... {end} block for the findings table")
@@ -685,10 +897,8 @@ def figure(papers: dict | None = None, metrics_dir: Path = METRICS, path: Path =
                 continue
             if claim["names"][1] == "chance":
                 continue
-            cited = re.search(r"Table \w+|Figure \d+|§[\d.]+", claim.get("reference") or "")
-            where = f" ({cited.group(0)})" if cited and claim.get("origin", "paper") == "paper" else ""
-            label = f"{papers[chapter]['title']}: {claim['names'][0]} vs {claim['names'][1]}{where}"
-            rows.append((label + (" (book)" if claim.get("origin") == "book" else ""), 100 * cmp["difference"],
+            text = f"{papers[chapter]['title']}: {label(claim)}"
+            rows.append((text + (" (book)" if claim.get("origin") == "book" else ""), 100 * cmp["difference"],
                          100 * cmp["low"], 100 * cmp["high"], claim.get("smallest_effect"), claim["verdict"]))
     height = 1.9 + 0.46 * max(1, len(rows))
     fig, axis = plt.subplots(figsize=(9.5, height))  # the book's column shows 9.5 in at >= 1 px per point
@@ -730,7 +940,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         page = render(metrics_dir=args.metrics, reference_dirs=kept_runs(args.metrics))
-        intro = render_intro(INTRO.read_text(encoding="utf-8"), findings_table(metrics_dir=args.metrics))
+        intro = render_intro(INTRO.read_text(encoding="utf-8"),
+                             intro_findings(metrics_dir=args.metrics, reference_dirs=kept_runs(args.metrics)))
     except (BadMetrics, MissingMetric, FileNotFoundError) as error:
         sys.exit(f"tools.results_page: {error}")
     if args.check:
