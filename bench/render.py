@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,9 +137,10 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 
 def machines_section(loaded) -> list[str]:
     rows = []
+    shown = shown_checks(loaded)
     for label, report in loaded:
-        if "steps" in report and "environment" not in report["steps"]:
-            continue  # an early GPU check without its environment step: its card is named in its own section
+        if _name((label, report)) == "gpu_check" and label not in shown:
+            continue  # a GPU check the page does not show (a later one ran every chapter it ran): bench/results/gpu/
         m = machine_of(report)
         cpu = m.get("cpu") or m.get("arch")
         cores = m.get("cpu_count") if m.get("cpus_usable") in (None, m.get("cpu_count")) else \
@@ -334,21 +336,24 @@ def _first_line(error: str) -> str:
     return (found[-1] if found else lines[0])[:240] if lines else ""
 
 
+def _step_outcome(name: str, step: dict) -> str:
+    """A GPU check step's outcome in a few words: ok, failed with its error's line, skipped, or the rehearsals'
+    count."""
+    if step.get("error"):
+        return "failed: " + _first_line(step["error"])
+    if step.get("skipped"):
+        return "skipped: " + step["skipped"]
+    if name == "rehearsals":
+        chapters = ((step.get("result") or {}).get("chapters") or {}).values()
+        return f"{sum(bool(c.get('ok')) for c in chapters)} of {len(chapters)} chapters ran end to end"
+    return "ok"
+
+
 def gpu_check_section(report) -> list[str]:
     """``tools/gpu_check.py``'s record: the card, each step's seconds and outcome; the rehearsals chapter by
-    chapter."""
+    chapter. (The page shows :func:`gpu_check_current` instead: what works now, over every run.)"""
     rehearsals = (report["steps"].get("rehearsals") or {}).get("result")
-
-    def outcome(name, step):
-        if step["error"]:
-            return "failed: " + _first_line(step["error"])
-        if step.get("skipped"):
-            return "skipped: " + step["skipped"]
-        if name == "rehearsals":
-            chapters = rehearsals["chapters"].values()
-            return f"{sum(bool(c.get('ok')) for c in chapters)} of {len(chapters)} chapters ran end to end"
-        return "ok"
-
+    outcome = _step_outcome
     rows = [[name, fmt(step["seconds"]), outcome(name, step)] for name, step in report["steps"].items()]
     card = machine_of(report).get("gpu")
     lines = ([f"Card: {card}" + ("" if "environment" in report["steps"] else " (the nvidia-smi line of its log; this "
@@ -384,6 +389,86 @@ def shards_section(report: dict) -> list[str]:
             f"{r['repeats']} interleaved rounds; rates in images per second. Both layouts give the same pixels "
             "(the benchmark asserts it).", "",
             *table(["layout", "fetch, warm", "fetch, cold", "decoded 224 px"], rows)]
+
+
+def _check_number(label: str) -> int:
+    """``gpu/check-12`` -> 12: the GPU checks in the order they ran (a name's text order puts check-10 first)."""
+    found = re.search(r"(\d+)$", label)
+    return int(found.group(1)) if found else 0
+
+
+def gpu_checks(loaded) -> list[tuple[str, dict]]:
+    """The GPU check's runs (``tools/gpu_check.py``, not ``--quick``), oldest first."""
+    runs = [(label, report) for label, report in loaded
+            if label.startswith("gpu/") and _name((label, report)) == "gpu_check" and not report.get("quick")]
+    return sorted(runs, key=lambda item: _check_number(item[0]))
+
+
+def latest_rehearsals(loaded) -> dict[str, tuple[str, dict, dict]]:
+    """Per chapter, its latest full-config rehearsal on a GPU: ``(label, report, what the rehearsal recorded)``. A
+    chapter a check skipped (past its deadline) keeps its earlier rehearsal."""
+    latest = {}
+    for label, report in gpu_checks(loaded):
+        rehearsals = (report["steps"].get("rehearsals") or {}).get("result") or {}
+        for chapter, got in (rehearsals.get("chapters") or {}).items():
+            if got.get("ok") is not None or got.get("error"):
+                latest[chapter] = (label, report, got)
+    return latest
+
+
+def shown_checks(loaded) -> set[str]:
+    """The GPU checks the page shows: the latest, and those holding a chapter's latest rehearsal."""
+    checks = gpu_checks(loaded)
+    return ({label for label, _, _ in latest_rehearsals(loaded).values()} | ({checks[-1][0]} if checks else set()))
+
+
+def gpu_check_current(loaded) -> list[str]:
+    """One section for the GPU check: what works now (each chapter's latest full-config rehearsal: outcome, card,
+    date), the latest check's steps, and what is measured and what is computed. Every run stays in
+    bench/results/gpu/."""
+    checks = gpu_checks(loaded)
+    if not checks:
+        return []
+    latest = latest_rehearsals(loaded)
+    ok = sorted(chapter for chapter, (_, _, got) in latest.items() if got.get("ok"))
+    cards = sorted({(machine_of(report).get("gpu") or "a GPU") for _, report, _ in latest.values()})
+    lines = ["## The GPU check", ""]
+    if latest:
+        failed = [f"{chapter} ({_first_line(got.get('error', '')) or 'failed'}, `{label}`)"
+                  for chapter, (label, _, got) in sorted(latest.items()) if not got.get("ok")]
+        lines += [f"**What works now:** {len(ok)} of {len(latest)} chapters' full configs run end to end on "
+                  f"{' and '.join(cards)}, each in its latest rehearsal"
+                  + (f"; the latest rehearsal of {', '.join(failed)} failed." if failed else "."), ""]
+        rows = []
+        for chapter, (label, report, got) in sorted(latest.items()):
+            steps = got.get("steps", {})
+            precompute = next((v for k, v in steps.items() if k.startswith("precompute")), None)
+            machine = machine_of(report)
+            seconds = [fmt(steps["pre-flight"]) if "pre-flight" in steps else "–",
+                       fmt(precompute) if precompute is not None else "–",
+                       fmt(steps["the notebook (papermill)"]) if "the notebook (papermill)" in steps else "–"]
+            rows.append([chapter, "ok" if got.get("ok") else "failed: " + _first_line(got.get("error", "")),
+                         f"{(machine.get('gpu') or 'card not recorded').removeprefix('NVIDIA ')}, "
+                         f"{machine.get('date') or 'date not recorded'} (`{label}.json`)",
+                         " / ".join(seconds), got.get("runs", "")])
+        lines += table(["chapter", "outcome", "card, date (result)", "seconds: pre-flight / precompute / notebook",
+                        "runs trained"], rows)
+    label, report = checks[-1]
+    machine = machine_of(report)
+    steps = [[name, fmt(step.get("seconds")), _step_outcome(name, step)]
+             for name, step in report["steps"].items() if name not in ("rehearsals", "environment")]
+    if steps:
+        lines += [f"The latest check (`bench/results/{label}.json`, {machine.get('gpu') or 'card not recorded'}, "
+                  f"{machine.get('date') or 'date not recorded'}), its steps beside the rehearsals:", "",
+                  *table(["step", "seconds", "outcome"], steps)]
+    lines += ["**What is measured, and what is computed.** A rehearsal measures that a chapter's full config runs "
+              "on a GPU through its pre-flight, its feature precompute and its notebook, with stand-in models of the "
+              "full configs' kinds (`tools/standins.py`: float16 features, bf16 autocast, one torchrun rank per GPU), "
+              "and how long each step took with the stand-ins. It does not measure the papers' models: the GPU-hours "
+              "and memory in each chapter's launch box are computed by the cost model (`provision.preflight`) until "
+              "the section below has measured them. Every run of the check is kept in `bench/results/gpu/`; this "
+              "section shows each chapter's latest.", ""]
+    return lines
 
 
 SECTIONS = {"vision_features": vision_section, "store": store_section, "image_shards": shards_section,
@@ -446,17 +531,22 @@ def measured_section(loaded) -> list[str]:
 
 
 def gpu_section(loaded) -> list[str]:
-    gpu = [label for label, _ in loaded if label.startswith("gpu/")]
+    gpu = [label for label, report in loaded if label.startswith("gpu/") and ratios_of(_name((label, report)), report)]
     lines = ["## GPU figures", ""]
     if gpu:
         lines += ["Measured on a GPU: " + ", ".join(f"`{g}.json`" for g in gpu) +
                   " (their ratios are in the table above, their machines in the machine table).", ""]
+    elif gpu_checks(loaded):
+        lines += ["**No benchmark ratio has been measured on a GPU yet:** every ratio above is a CPU's. The GPU check "
+                  "(above) has rehearsed the chapters on one; on a machine with a CUDA GPU, these commands measure "
+                  "the GPU paths (bf16 autocast, features resident on the GPU, the paper's sizes) and this page "
+                  "picks the results up:", ""]
     else:
         lines += ["**Not run here: needs a CUDA GPU.** No GPU was available to the session that produced "
                   "these results. On a machine with one, these commands measure the GPU paths (bf16 autocast, "
                   "features resident on the GPU, the paper's sizes) and this page picks the results up:", ""]
     lines += ["The GPU check runs them in one call of a few minutes on a lent GPU without internet, with the "
-              "chapters' full-config rehearsals (its section above; `tools/gpu_check.py` says what travels):", "",
+              "chapters' full-config rehearsals (`tools/gpu_check.py` says what travels):", "",
               "```bash", "bash tools/gpu_check.sh        # results: $OUT/gpu_check.json -> bench/results/gpu/", "```",
               "", "or one benchmark at a time:", ""]
     return lines + ["```bash", GPU_COMMANDS, "```", ""]
@@ -490,21 +580,32 @@ def draw_figures(loaded, folder: Path) -> None:
     if rows:
         frame = pd.DataFrame(rows)
         colours = dict(zip(frame["benchmark"].unique(), sns.color_palette(n_colors=frame["benchmark"].nunique())))
-        fig, ax = plt.subplots(figsize=(5.5, 0.3 * len(frame) + 1.2))  # + ~4 in of labels: under 10.6 in
-        y = range(len(frame))[::-1]  # first ratio on top
+        # Legible where the book shows it: the column is about 750 px wide, so a figure of W inches is shown at
+        # 750 / (W * 72) px per point; at about 8 in in all (labels wrapped to 52 characters) a 10 pt label is about
+        # 13 px (it was 7 pt at 6.9 px).
+        labels = ["\n".join(textwrap.wrap(name, 52)) for name in frame["ratio"]]
+        heights = [0.2 + 0.2 * label.count("\n") for label in labels]
+        fig, ax = plt.subplots(figsize=(4.3, sum(heights) + 0.09 * len(frame) + 1.0))
+        y, top = [], 0.0  # first ratio on top; a wrapped label gets its row the room of its lines
+        for height in heights:
+            y.append(-(top + height / 2))
+            top += height + 0.09
         # bars grow from 1x: to the right where the candidate is faster, to the left where it is slower
-        ax.barh(list(y), frame["value"] - 1.0, left=1.0, color=[colours[b] for b in frame["benchmark"]])
+        ax.barh(y, frame["value"] - 1.0, left=1.0, height=0.16, color=[colours[b] for b in frame["benchmark"]])
         for row, value in zip(y, frame["value"]):
             ax.annotate(fmt_ratio(value), (value, row), xytext=(3 if value >= 1 else -3, 0), textcoords="offset points",
-                        va="center", ha="left" if value >= 1 else "right", fontsize=7)
+                        va="center", ha="left" if value >= 1 else "right", fontsize=10)
         ax.set_xscale("log")
         ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_yticks(list(y), frame["ratio"], fontsize=7)
+        ax.set_yticks(y, labels, fontsize=10)
+        ax.set_ylim(-(top + 0.1), 0.1)
         low, high = frame["value"].min(), frame["value"].max()
-        ax.set_xlim(min(low, 1.0) / 2.5, max(high, 1.0) * 2.5)
-        ax.set_xlabel("candidate rate / baseline rate (log scale; 1× = as fast as the baseline)")
+        ax.set_xlim(min(low, 1.0) / 3, max(high, 1.0) * 3)
+        ax.tick_params(axis="x", labelsize=10)
+        ax.set_xlabel("candidate rate / baseline rate\n(log scale; 1× = as fast as the baseline)", fontsize=10)
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
-        ax.legend(handles, list(colours), title="benchmark", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+        ax.legend(handles, list(colours), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=10,
+                  frameon=False)
         fig.savefig(folder / "performance-ratios.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
     scaling = [report for label, report in loaded
@@ -542,12 +643,13 @@ def render(loaded, figures: dict[str, str]) -> str:
     lines += machines_section(loaded)
     for label, report in loaded:
         name = _name((label, report))
-        if name not in SECTIONS and name != "scaling":
-            continue
+        if (name not in SECTIONS and name != "scaling") or name == "gpu_check":
+            continue  # the GPU check's runs: one section, gpu_check_current
         device = machine_of(report).get("device") or "cpu"
         lines += [f"## {TITLES.get(name, name)}" + (f" ({device})" if label.startswith("gpu/") else ""), "",
                   f"From `bench/results/{label}.json`.", ""]
         lines += scaling_section(report, figures.get("scaling")) if name == "scaling" else SECTIONS[name](report)
+    lines += gpu_check_current(loaded)
     lines += measured_section(loaded)
     lines += gpu_section(loaded)
     return "\n".join(lines).rstrip() + "\n"
