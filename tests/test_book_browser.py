@@ -8,17 +8,22 @@ A screenshot of each page is kept in `_build/screenshots/` (override with BOOK_S
 test's artifact. Chromium comes from the project's set-up (`tools/setup.sh`, step "browser"); the
 test runs that step when it is missing, and likewise step "mathjax" (the book's own MathJax).
 
-The reader's checks (`survey`) open every page once more as a reader without a network would: at a
-1,400 px wide viewport, with every request that is not for localhost aborted (and recorded). Each
+The reader's checks (`survey`) open every page once more as a reader without a network would: on a
+laptop's 1,366 x 900 screen, with every request that is not for localhost aborted (and recorded). Each
 check is its own test, and each lists every offending page and element; screenshots of the pages
-(`<page>@1400.png`) and of the offending elements (`problems/`) are kept beside the others:
+(`<page>@1366.png`) and of the offending elements (`problems/`) are kept beside the others:
 
 * nothing is fetched from the network, and the math is typeset by the book's own MathJax (no raw
   LaTeX in the text a reader sees);
-* no table or figure is wider than the content column;
+* no table, figure or code block is wider than the content column, and none scrolls sideways (printed text and
+  code wrap: book/_static/reader.css);
+* no image is shown at another aspect ratio than its file's (more than 2 % off);
+* no page logs a console error (a script error, a failed request, the theme's complaints);
 * no output shows NaN, a None cell, a TqdmWarning, a traceback or a stderr block;
 * no link points at the placeholder repository (https://github.com/OWNER/REPO, tools/colab.py);
-* every figure is shown large enough for its text to be read (rule in `test_figure_text_is_legible`).
+* every figure is shown large enough for its text to be read (rule in `test_figure_text_is_legible`);
+* the intro's first screen holds the verdict table's first row, and no cell of the results page or the intro holds
+  more than 300 characters.
 """
 from __future__ import annotations
 
@@ -44,14 +49,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 SCREENSHOTS = Path(os.environ.get("BOOK_SCREENSHOTS", ROOT / "_build" / "screenshots"))
 SPHINX_CONFIG = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())["sphinx"]["config"]
-READER_VIEWPORT = {"width": 1400, "height": 900}
+READER_VIEWPORT = {"width": 1366, "height": 900}  # a laptop's screen, the commonest one
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 PLACEHOLDER_REPO = "OWNER/REPO"  # tools.colab.PLACEHOLDER_URL's owner/name
 
 
 def _mathjax_source() -> Path:
-    """The MathJax that the build copies into _static/ (book/_config.yml: html_static_path + mathjax_path)."""
-    (static,) = SPHINX_CONFIG["html_static_path"]
+    """The MathJax that the build copies into _static/ (book/_config.yml: html_static_path + mathjax_path; the
+    first static folder is the set-up's, .cache/assets/book-static, the second the book's own, book/_static)."""
+    static = SPHINX_CONFIG["html_static_path"][0]
     return ROOT / static / SPHINX_CONFIG["mathjax_path"]
 
 
@@ -237,7 +243,7 @@ SURVEY_JS = r"""
   if (article.scrollWidth > article.clientWidth + 1)
     overflow.push({what: `the content column itself (scrollWidth ${article.scrollWidth} px > `
                          + `clientWidth ${article.clientWidth} px)`, mark: mark(article)});
-  for (const el of article.querySelectorAll("table, img")) {
+  for (const el of article.querySelectorAll("table, img, pre")) {
     const r = el.getBoundingClientRect();
     if (r.width === 0) continue;
     if (r.right > column.right + 1 || r.left < column.left - 1)
@@ -245,6 +251,22 @@ SURVEY_JS = r"""
                            + `${Math.round(r.right)}, column x ${Math.round(column.left)}-${Math.round(column.right)}`,
                      mark: mark(el)});
   }
+  // A code block or a table that scrolls sideways inside the column is as wide as its content, not the column's.
+  for (const el of article.querySelectorAll("pre, table, .pst-scrollable-table-container, .table-wrapper")) {
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+      overflow.push({what: `${name(el)}: scrolls sideways, ${el.scrollWidth} px of content in ${el.clientWidth} px: `
+                           + JSON.stringify(el.textContent.trim().slice(0, 60)), mark: mark(el)});
+  }
+  for (const cell of article.querySelectorAll("td, th")) {  // a fixed-layout table's cell whose text runs over
+    if (cell.clientWidth > 0 && cell.scrollWidth > cell.clientWidth + 1)
+      overflow.push({what: `${name(cell.closest("table"))}: a cell's text runs over its column: `
+                           + JSON.stringify(cell.textContent.trim().slice(0, 60)), mark: mark(cell.closest("table"))});
+  }
+  const longCells = [...article.querySelectorAll("td, th")]
+    .filter(c => c.textContent.trim().length > 300)
+    .map(c => ({text: c.textContent.trim().slice(0, 80), length: c.textContent.trim().length,
+                where: name(c.closest("table")), mark: mark(c.closest("table"))}));
+  const verdictRow = article.querySelector("table.verdicts tbody tr");
   const badCells = [...article.querySelectorAll("td, th")]
     .filter(c => ["None", "nan", "NaN", "<NA>", "NaT"].includes(c.innerText.trim()))
     .map(c => ({text: c.innerText.trim(), where: name(c.closest("table")), mark: mark(c.closest("table"))}));
@@ -256,6 +278,9 @@ SURVEY_JS = r"""
     .map(p => p.text).join(" ");
   return {
     firstScreen: firstScreen.slice(0, 20000),
+    firstVerdictRowBottom: verdictRow ? verdictRow.getBoundingClientRect().bottom + window.scrollY : null,
+    longCells,
+    height: document.documentElement.scrollHeight,
     internalIds: found(/\[[a-z0-9]+(?:_[a-z0-9]+){2,}\]|\bRANK_RULE\b/, false),
     title: document.title,
     column: {left: column.left, right: column.right, width: column.width},
@@ -273,6 +298,7 @@ SURVEY_JS = r"""
       .map(a => ({href: a.href, text: (a.innerText || a.getAttribute("aria-label") || a.title || "").trim()})),
     images: [...article.querySelectorAll("img")].map(i => ({
       src: i.currentSrc || i.src, natural: i.naturalWidth, rendered: i.getBoundingClientRect().width,
+      naturalHeight: i.naturalHeight, renderedHeight: i.getBoundingClientRect().height,
       where: name(i), mark: mark(i)})),
   };
 }
@@ -297,9 +323,13 @@ def survey(site, browser):
     blocked: list[str] = []
     context = offline_context(browser, READER_VIEWPORT, blocked)
     page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console.append(f"uncaught: {error}"))
     pages = {}
     for source in toc_pages():
         blocked.clear()
+        console.clear()
         page.goto(urljoin(site["url"], f"{source}.html"), wait_until="load")
         page.wait_for_load_state("networkidle")
         mathjax = "not needed"
@@ -313,11 +343,14 @@ def survey(site, browser):
                 mathjax = f"MathJax did not start: {type(error).__name__}"
         data = page.evaluate(SURVEY_JS, PLACEHOLDER_REPO)
         data["blocked"] = list(blocked)
+        data["console"] = list(console)
         data["mathjax"] = mathjax
-        data["screenshot"] = SCREENSHOTS / f"{_page_name(source)}@1400.png"
+        data["screenshot"] = SCREENSHOTS / f"{_page_name(source)}@{READER_VIEWPORT['width']}.png"
         page.screenshot(path=str(data["screenshot"]), full_page=True)
         data["small_figures"] = _small_figures(site["html"], data["images"])
-        for check in ("overflow", "nan", "tqdm", "traceback", "badCells", "stderr", "rawLatex", "small_figures"):
+        data["stretched"] = _stretched_images(data["images"])
+        for check in ("overflow", "nan", "tqdm", "traceback", "badCells", "stderr", "rawLatex", "small_figures",
+                      "stretched", "longCells"):
             _shoot(page, problems_dir / _page_name(source), check, data[check])
         _shoot(page, problems_dir / _page_name(source), "math", data["math"]["untypeset"])
         pages[source] = data
@@ -405,8 +438,9 @@ def test_math_is_typeset_offline(survey):
 
 
 def test_no_table_or_figure_overflows_the_column(survey):
-    """At a 1,400 px viewport no table or image is wider than the article's column (its bounding box
-    stays inside the column's), and the column itself never scrolls sideways."""
+    """On a 1,366 px screen no table, image or code block is wider than the article's column (its bounding box
+    stays inside the column's), none scrolls sideways inside it (a table's container, a code block), no cell's text
+    runs over its column, and the column itself never scrolls sideways."""
     lines = [f"{source}: {item['what']}" + (f" [{Path(item['shot']).name}]" if item.get("shot") else "")
              for source, data in survey.items() for item in data["overflow"]]
     assert not lines, _report(lines)
@@ -505,3 +539,59 @@ def test_no_page_shows_internal_ids(survey):
     lines = [line for source, data in survey.items()
              for line in _grouped(source, "an internal id", data["internalIds"])]
     assert not lines, _report(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a reader sees (issue 62): shapes, the console, the first screen, the length of a cell
+# ------------------------------------------------------------------------------------------------
+
+MAX_ASPECT_ERROR = 0.02  # a figure drawn 2 % wider or taller than its file is a stretched figure
+
+
+def _stretched_images(images: list[dict]) -> list[dict]:
+    """The images shown at an aspect ratio more than MAX_ASPECT_ERROR off their file's (with the two ratios)."""
+    stretched = []
+    for image in images:
+        if not (image["natural"] and image["naturalHeight"] and image["rendered"] and image["renderedHeight"]):
+            continue
+        image["file_ratio"] = image["natural"] / image["naturalHeight"]
+        image["shown_ratio"] = image["rendered"] / image["renderedHeight"]
+        if abs(image["shown_ratio"] / image["file_ratio"] - 1) > MAX_ASPECT_ERROR:
+            stretched.append(image)
+    return stretched
+
+
+def test_no_image_is_stretched(survey):
+    """Every image is shown at its file's aspect ratio (within 2 %): no fixed width or height squeezes a figure."""
+    checked = sum(1 for data in survey.values() for image in data["images"] if image.get("file_ratio"))
+    lines = [f"{source}: {_where(i)}: the file is {i['file_ratio']:.3f} wide per unit of height, shown "
+             f"{i['shown_ratio']:.3f} ({i['rendered']:.0f} x {i['renderedHeight']:.0f} px)"
+             for source, data in survey.items() for i in data["stretched"]]
+    assert checked, "no image found: the check would prove nothing"
+    assert not lines, _report(lines)
+
+
+def test_no_page_logs_a_console_error(survey):
+    """A page logs no error in the browser's console: no script error (an inline script included twice), no
+    request that fails (a missing favicon), no theme complaint ("Got invalid theme mode")."""
+    lines = [f"{source}: {message[:200]}" for source, data in survey.items() for message in data["console"]]
+    assert not lines, _report(lines)
+
+
+def test_the_intro_shows_the_first_verdict_on_its_first_screen(survey):
+    """On a 1,366 x 900 screen, the intro's first screen holds the verdict table's header and first row."""
+    intro = next(source for source in survey if source.endswith("intro"))
+    bottom = survey[intro]["firstVerdictRowBottom"]
+    assert bottom is not None, f"{intro}: no verdict table (table.verdicts, tools/results_page.py)"
+    assert bottom <= READER_VIEWPORT["height"], _report([
+        f"{intro}: the verdict table's first row ends {bottom:.0f} px down, below the first screen "
+        f"({READER_VIEWPORT['height']} px)"])
+
+
+def test_no_cell_of_the_results_page_or_the_intro_is_longer_than_300_characters(survey):
+    """A table is for scanning: the results page's and the intro's cells hold a label, a number pair or a verdict;
+    statements, evidence and diagnoses are lines of their own."""
+    pages = [source for source in survey if source.endswith(("intro", "results"))]
+    lines = [f"{source}: a cell of {cell['length']} characters in {_where(cell)}: {cell['text']!r}"
+             for source in pages for cell in survey[source]["longCells"]]
+    assert len(pages) == 2 and not lines, _report(lines)
