@@ -23,6 +23,8 @@ reads that copy. Without it, :func:`require` stops with one line saying what to 
   chosen by hand (:data:`WORDNET`, never "the first sense") and the offline Wikipedia lead paragraph where one
   matches, read from ``data_manifests/class_texts/caltech-101-reference.json`` and ``-wikipedia.json``, which
   ``python -m corpora.caltech --texts all`` generates from those sources (never written by hand).
+
+See book/scale_out.md, "Pre-flight" (how each full dataset is prepared).
 """
 from __future__ import annotations
 

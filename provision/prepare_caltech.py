@@ -20,6 +20,8 @@ no image of the list (recorded as dropped); refuses an image whose bytes are not
 names it, and one that does not decode whole; writes ``<category>/<file>`` into the staging folder (atomic files,
 resumable, renamed into place by :mod:`provision.prepare`); refuses a download that lacks any listed image. The
 result is one folder per category, what ``corpora.caltech`` and ``corpora.datasets.folder_labelled`` read.
+
+See book/scale_out.md, "Pre-flight" (how each full dataset is prepared).
 """
 from __future__ import annotations
 
