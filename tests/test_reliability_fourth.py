@@ -39,18 +39,14 @@ from provision.archives import ArchiveError
 from provision.prepare import PrepareError
 from tools import kept_run, results_page, standins
 
+import test_prepare_safety
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def downloads(tmp_path_factory):
-    return standins.build_downloads(tmp_path_factory.mktemp("downloads"), names=["cub", "fgvc-aircraft"])
-
-
-def _quiet(name, source, target, **kwargs):
-    lines = []
-    prepare.prepare(name, source, target, skip_checksums=True, say=lines.append, **kwargs)
-    return "\n".join(lines)
+# The stand-in CUB and FGVC-Aircraft downloads (a module-scoped fixture) and a quiet prepare: test_prepare_safety's.
+downloads = test_prepare_safety.downloads
+_quiet = test_prepare_safety._quiet
 
 
 def _one_line(message: str, *names: str) -> None:
