@@ -40,7 +40,7 @@ from corpora import manifests
 __all__ = ["NAME", "CLUTTER", "DOI", "ARCHIVE", "DOWNLOADS_ENV", "N_UNSEEN", "VAL_FRACTION", "TEMPLATE", "WORDNET",
            "SUPERORDINATE", "WIKIPEDIA_TITLES", "KINDS", "manifest", "categories", "display_name", "display_names",
            "image_hashes", "folder", "downloads", "how_to_get", "require", "split", "photos", "benchmark",
-           "class_texts", "build_texts"]
+           "class_texts", "build_texts", "prompts", "labelled", "sample"]
 
 NAME = "caltech-101"
 CLUTTER = "BACKGROUND_Google"
@@ -269,6 +269,43 @@ def benchmark(seed: int = 0, *, per_class: int | None = None, sample_seed: int =
     return ClassBenchmark(NAME, tuple(keys), tuple(names[c] for c in keys),
                           tuple("unseen" if c in unseen else "seen" for c in keys), (source,),
                           tuple((0, i) for i in range(len(ids))), tuple(labels), tuple(roles))
+
+
+def prompts() -> list[str]:
+    """The 101 class prompts, one a category in category order: :data:`TEMPLATE` around its clean name."""
+    return [TEMPLATE.replace("{c}", display_name(c)) for c in categories()]
+
+
+def labelled():
+    """Every photograph (8,677) as a ``corpora.datasets.Labelled``, its 101 categories as classes under
+    :data:`TEMPLATE`: a zero-shot test set for chapters that train elsewhere (one store entry of image features,
+    from which each seed takes its :func:`sample`). Stops with :func:`require`'s one line when not prepared."""
+    from corpora.datasets import Labelled
+    from lib.data.images import open_image
+
+    root, chosen, keys = require(), photos(), categories()
+    ids = [k for category in keys for k in chosen[category]]
+    files = [root / k for k in ids]
+    return Labelled(name=NAME, ids=tuple(ids), labels=tuple(i for i, c in enumerate(keys) for _ in chosen[c]),
+                    classnames=tuple(display_name(c) for c in keys), templates=(TEMPLATE,),
+                    load_image=lambda i: open_image(files[i]),
+                    source={"dataset": NAME, "manifest": manifests.manifest_hash(NAME), "photos": "all"})
+
+
+def sample(photos_, per_class: int, seed: int):
+    """Seed ``seed``'s test photos of :func:`labelled`: ``per_class`` a category, :func:`photos`'s seeded sample with
+    ``sample_seed = seed``, so each seed of a chapter is scored on its own photos and a paired interval over the
+    seeds spans the test items as well as the training. Returns their rows in ``photos_`` (a tensor) and the photos
+    as a labelled set of their own."""
+    import dataclasses
+
+    import torch
+
+    wanted = {k for keys in photos(per_class, sample_seed=seed).values() for k in keys}
+    rows = torch.tensor([i for i, k in enumerate(photos_.ids) if k in wanted])
+    return rows, dataclasses.replace(photos_, name=f"{photos_.name}:sample{per_class}:seed{seed}",
+                                     ids=tuple(photos_.ids[i] for i in rows.tolist()),
+                                     labels=tuple(photos_.labels[i] for i in rows.tolist()))
 
 
 # ------------------------------------------------------------------------------------------ class texts

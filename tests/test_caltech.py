@@ -102,6 +102,26 @@ def test_capped_photos_are_a_seeded_sample():
     assert len(caltech.photos()["airplanes"]) == 800
 
 
+def test_each_seed_is_scored_on_its_own_photos_and_every_category_equally(tmp_path, monkeypatch):
+    """The zero-shot test set of chapters that train elsewhere (FLAME, FDT): every photo in one labelled set (one
+    store entry), and per seed a seeded sample of N a category, so a paired interval over seeds spans the photos."""
+    import torch
+
+    monkeypatch.setattr(caltech, "require", lambda: tmp_path)  # no photo is opened: only the list is read
+    photos = caltech.labelled()
+    assert len(photos) == 8677 and len(photos.classnames) == 101 and photos.templates == (caltech.TEMPLATE,)
+    assert caltech.CLUTTER not in {i.split("/")[0] for i in photos.ids}
+    assert caltech.prompts() == [caltech.TEMPLATE.replace("{c}", c) for c in photos.classnames]
+    samples = {seed: caltech.sample(photos, 20, seed) for seed in (0, 1)}
+    for seed, (rows, chosen) in samples.items():
+        assert len(chosen) == 101 * 20 and torch.bincount(torch.tensor(chosen.labels)).tolist() == [20] * 101
+        assert chosen.ids == tuple(photos.ids[i] for i in rows.tolist())
+        assert all(photos.classnames[label] == caltech.display_name(key.split("/")[0])
+                   for key, label in zip(chosen.ids, chosen.labels))
+        assert chosen.ids == caltech.sample(photos, 20, seed)[1].ids  # seeded: the same on a rerun
+    assert len(set(samples[0][1].ids) & set(samples[1][1].ids)) < 0.5 * len(samples[0][1].ids)
+
+
 def test_without_a_preparation_one_line_says_what_to_download(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CALTECH_101_DIR", str(tmp_path / "nothing"))
     monkeypatch.delenv(caltech.DOWNLOADS_ENV, raising=False)

@@ -271,6 +271,30 @@ def test_claims_follow_the_one_rule():
     assert {c.verdict for c in fdt.claims(cfg, bench, one_seed)} == {"inconclusive"}
 
 
+def test_caltech_photographs_decide_the_paper_claims_and_the_drawings_become_the_books_own():
+    """One paper claim, one verdict: with Caltech-101 in the runs, FDT vs pooled and sparsemax vs softmax are decided
+    on the photographs (their statement says so) and the drawings' comparisons are the book's own questions."""
+    bench = SimpleNamespace(zero_shot=[SimpleNamespace(name="set", classnames=[str(i) for i in range(100)])])
+    cfg = fdt.load_config("small", {"data": {"zero_shot": []}})
+    runs = Runs()
+    for seed in range(4):
+        runs.add(head="FDT", seed=seed, **{"set/acc1": 0.30 + 0.01 * seed, "caltech/acc1": 0.20 - 0.01 * seed,
+                                           "weights_as_features/acc1": 0.2})
+        runs.add(head="pooled", seed=seed, **{"set/acc1": 0.10 + 0.01 * seed, "caltech/acc1": 0.40 - 0.01 * seed})
+        runs.add(head="softmax", seed=seed, **{"set/acc1": 0.1 + 0.01 * seed, "caltech/acc1": 0.1 - 0.01 * seed,
+                                               "weights_as_features/acc1": 0.1})
+    claims = {c.id: c for c in fdt.claims(cfg, bench, runs)}
+    assert set(claims) == {"fdt_beats_pooled", "fdt_beats_pooled_drawings", "sparsemax_beats_softmax",
+                           "sparsemax_beats_softmax_drawings", "sparsemax_beats_softmax_as_features", "fdt_above_chance"}
+    assert claims["fdt_beats_pooled"].verdict == "not reproduced" and "Caltech" in claims["fdt_beats_pooled"].statement
+    assert claims["fdt_beats_pooled_drawings"].verdict == "reproduced"
+    assert claims["sparsemax_beats_softmax"].verdict == "reproduced"
+    paper = [c for c in claims.values() if c.origin == "paper"]
+    assert {c.id for c in paper} == {"fdt_beats_pooled", "sparsemax_beats_softmax", "sparsemax_beats_softmax_as_features"}
+    assert all(claims[i].origin == "book" and claims[i].paper_pair is None
+               for i in ("fdt_beats_pooled_drawings", "sparsemax_beats_softmax_drawings"))
+
+
 def test_method_diagram_reads_the_heads_shapes(tmp_path):
     import matplotlib
 

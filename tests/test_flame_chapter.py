@@ -83,6 +83,37 @@ def test_flame_configs_load_and_refuse_bad_values():
             flame.load_config("medium", {"curve_seeds": bad})
 
 
+def test_the_medium_config_names_caltech_photos_per_seed():
+    from lib.core.config import ConfigError
+
+    assert flame.load_config("medium").caltech_per_class == 20
+    assert flame.load_config("small").__class__.__name__ == "Config"  # the small config has no Caltech test
+    with pytest.raises(ConfigError, match="caltech_per_class"):
+        flame.load_config("medium", {"caltech_per_class": 0})
+
+
+def test_caltech_photographs_decide_table_3s_claim_and_the_drawings_are_the_books_own():
+    """Table 3's claim is decided where the scratch tower can know the words (photographs named after training on
+    captions); the held-out drawn concepts stay as the book's own question, so the paper claim is counted once."""
+    from lib.core.results import Runs
+
+    cfg = flame.load_config("medium")
+    main = flame.main_setting(cfg)
+    runs = Runs()
+    for seed in range(4):
+        runs.add(**main, seed=seed, **{"zero-shot/acc1": 0.02 + 0.001 * seed, "caltech/acc1": 0.20 + 0.01 * seed,
+                                       "tux:other/acc1": 0.05})
+        runs.add(method="scratch", facets=None, loss=None, seed=seed,
+                 **{"zero-shot/acc1": 0.001, "caltech/acc1": 0.25 + 0.01 * seed, "tux:other/acc1": 0.01})
+    claims = {c.id: c for c in flame.claims(cfg, None, runs)}
+    assert claims["frozen_llm_beats_scratch"].verdict == "not reproduced"
+    assert claims["frozen_llm_beats_scratch"].origin == "paper" and "Caltech" in claims["frozen_llm_beats_scratch"].statement
+    drawn = claims["frozen_llm_beats_scratch_unseen_words"]
+    assert drawn.verdict == "reproduced" and drawn.origin == "book" and drawn.paper_pair is None
+    without = Runs({k: v for k, v in r.items() if not k.startswith("caltech/")} for r in runs)
+    assert "frozen_llm_beats_scratch_unseen_words" not in {c.id for c in flame.claims(cfg, None, without)}
+
+
 def test_the_plan_names_every_text_set_once_and_the_official_prompt_changes_only_the_facets():
     from lib.methods.flame import OFFICIAL_TEMPLATE
 

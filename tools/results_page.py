@@ -238,7 +238,8 @@ LABELS = {
     "capability_predicts_alignment": "perplexity vs ViTeRB score, rank over the decoders",
     "size_predicts_alignment": "size vs ViTeRB score, rank over the decoders",
     "above_chance": "ViTeRB score vs chance, unseen concepts",
-    "frozen_llm_beats_scratch": "FLAME vs text tower from scratch, classification",
+    "frozen_llm_beats_scratch": "FLAME vs text tower from scratch, Caltech-101 photographs",
+    "frozen_llm_beats_scratch_unseen_words": "FLAME vs text tower from scratch, held-out drawn concepts",
     "more_facets_help": "3 facets vs 1, text-to-image retrieval",
     "multilingual_transfer": "FLAME vs text tower from scratch, other languages",
     "3t_beats_scratch_retrieval": "3T vs from scratch, retrieval",
@@ -246,9 +247,11 @@ LABELS = {
     "3t_beats_lit_retrieval": "3T vs LiT, retrieval",
     "lit_beats_3t_where_labels_cover": "LiT vs 3T, concepts ImageNet-1k names",
     "3t_beats_lit_where_labels_do_not_cover": "3T vs LiT, concepts ImageNet-1k lacks",
-    "fdt_beats_pooled": "FDT vs pooled head, classification",
+    "fdt_beats_pooled": "FDT vs pooled head, Caltech-101 photographs",
+    "fdt_beats_pooled_drawings": "FDT vs pooled head, unseen drawn concepts",
+    "sparsemax_beats_softmax_drawings": "sparsemax vs softmax, FDT embeddings, unseen drawn concepts",
     "sparsemax_beats_softmax_as_features": "sparsemax vs softmax, code weights as features",
-    "sparsemax_beats_softmax": "sparsemax vs softmax, FDT embeddings",
+    "sparsemax_beats_softmax": "sparsemax vs softmax, FDT embeddings, Caltech-101 photographs",
     "fdt_above_chance": "FDT head vs chance, unseen concepts",
 }
 

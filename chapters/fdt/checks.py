@@ -74,8 +74,9 @@ def diagnose(claims: list[Claim], runs: Runs, curve: Runs | None, metric: str) -
     for claim in claims:
         note = claim.diagnosis
         if claim.verdict == "not reproduced":
-            if claim.id == "fdt_beats_pooled" and curve is not None:
-                note = curve_trend(curve, metric)
+            if claim.id.startswith("fdt_beats_pooled") and curve is not None:  # the curve runs on the drawings
+                on_photos = claim.id == "fdt_beats_pooled" and "Caltech" in claim.statement
+                note = ("on the unseen drawn concepts, " if on_photos else "") + curve_trend(curve, metric)
             elif claim.id.startswith("sparsemax_beats_softmax"):
                 note = (f"best steps: sparsemax {steps('FDT')}, softmax {steps('softmax')} (first evaluation: "
                         f"{', '.join(f'{v:.0f}' for v in runs.values('first_eval', head='FDT')[:1])}); "

@@ -102,7 +102,9 @@ class Config:
     head's sparsity is measured (the paper's 16,384 x 512), on ``init_probe_items`` items. ``image_tower`` and
     ``text_tower`` (full): the paper's setting, open_clip's towers trained from random weights through the head
     (:mod:`chapters.fdt.towers`) instead of ``vision``'s and ``text``'s frozen sequences; ``train_data: streamed``
-    decodes the training images per batch from their tar shards."""
+    decodes the training images per batch from their tar shards. ``caltech_per_class``: Caltech-101's photographs as a
+    zero-shot test of heads trained on the drawings (the paper's zero-shot sets are photographs), each seed on its own
+    seeded sample of that many photos a category (``corpora.caltech.sample``); None: no such test."""
 
     data: DataConfig
     vision: VisionModelConfig
@@ -124,6 +126,7 @@ class Config:
     image_tower: ImageTowerConfig | None = None  # full: the encoders trained through FDT (None: frozen sequences)
     text_tower: TextTowerConfig | None = None
     train_data: Literal["resident", "streamed"] = "resident"  # the towers' training images: held, or per batch
+    caltech_per_class: int | None = None  # Caltech-101's photos a category per seed (corpora.caltech.sample), or None
 
     @property
     def curve_run_seeds(self) -> tuple[int, ...]:
@@ -152,6 +155,9 @@ class Config:
         if len(set(names)) != len(names) or {"FDT", "pooled"} & set(names):
             raise ValueError(f"variant names must be distinct and not 'FDT' or 'pooled', got {names}")
         chapter_configs.curve_run_seeds(self.seeds, self.curve_seeds)  # refused outside 2..len(seeds)
+        if self.caltech_per_class is not None and (self.caltech_per_class < 1 or self.towers):
+            raise ValueError(f"caltech_per_class must be a positive integer or null (and null with image_tower, whose "
+                             f"runs store no features), got {self.caltech_per_class}")
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:

@@ -10,7 +10,7 @@ import torch
 
 from chapters.fdt.config import Config, FDTHeadConfig, PooledHeadConfig, Variant
 from chapters.fdt.towers import TowerInputs, TowerSequences
-from corpora import benchmarks, medium
+from corpora import benchmarks, caltech, medium
 from corpora.datasets import Benchmark
 from lib.core import curves, features, recipes
 from lib.core.config import TrainSettings
@@ -63,7 +63,10 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     for pairs in (bench.train, bench.val, bench.retrieval):
         plan.add(features.text_tokens(cfg.text, pairs.captions, source=pairs.source, ids=pairs.ids,
                                       name=f"text-tokens:{cfg.text.name}:{pairs.name}", dtype=cfg.store.dtype))
-    for labelled in zero_shot_sets(cfg, bench):
+    photos = [caltech.labelled()] if cfg.caltech_per_class is not None else []
+    for labelled in photos:
+        plan.add(features.image_tokens(cfg.vision, labelled, tokens=cfg.image_tokens, dtype=cfg.store.dtype))
+    for labelled in [*zero_shot_sets(cfg, bench), *photos]:
         source = {"prompts_for": labelled.source["dataset"], "templates": list(labelled.templates)}
         plan.add(features.text_tokens(cfg.text, prompt_texts(labelled), source=source, dtype=cfg.store.dtype,
                                       name=f"text-tokens:{cfg.text.name}:prompts:{labelled.name}"))
@@ -175,6 +178,8 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
     found = retrieval(head.encode_image, head.encode_text, feats.image(bench.retrieval),
                       feats.captions(bench.retrieval), **evaluate)
     row.update({f"retrieval/{k}": v for k, v in found.items()})
+    if cfg.caltech_per_class is not None:  # photographs, never trained on: this seed's own sample of them
+        row.update({f"caltech/{k}": v for k, v in caltech_zero_shot(cfg, feats, head, seed).items()})
     if kind == "fdt":
         found = zero_shot_metrics(weight_encoder(head, "image"), weight_encoder(head, "text"), feats.image(sets[0]),
                                   feats.prompts(sets[0]), sets[0], **evaluate)
@@ -184,6 +189,17 @@ def train_and_evaluate(cfg: Config, bench: Benchmark, feats: ChapterFeatures, ki
         row["active_codes/text"] = float(text_codes.active().float().mean())
         row["codes_ever_active"] = int(((image_codes.weights > 0).any(0) | (text_codes.weights > 0).any(0)).sum())
     return row, result, head, feats
+
+
+@torch.no_grad()
+def caltech_zero_shot(cfg: Config, feats: ChapterFeatures, head, seed: int) -> dict[str, float]:
+    """acc@1, acc@5 and mean per-class recall of a trained head on seed ``seed``'s sample of Caltech-101's photos
+    (``cfg.caltech_per_class`` a category, ``corpora.caltech.sample``) among the 101 categories."""
+    photos = caltech.labelled()
+    rows, sample = caltech.sample(photos, cfg.caltech_per_class, seed)
+    embed = dict(batch_size=cfg.eval_batch_size, device=cfg.device)
+    images = embed_sequences(head.encode_image, feats.image(photos), **embed)[rows]
+    return zero_shot(_Embedded(), images, embed_sequences(head.encode_text, feats.prompts(photos), **embed), sample)
 
 
 def _fit_head(cfg: Config, bench: Benchmark, feats: ChapterFeatures, kind: str, seed: int, variant: Variant | None,

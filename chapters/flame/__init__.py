@@ -53,6 +53,7 @@ from chapters.flame.figures import (
 from chapters.flame.verdicts import (
     METRICS,
     TIES,
+    caltech_word_cover,
     claims,
     coincidences,
     facet_similarity_by_source,
@@ -69,5 +70,5 @@ __all__ = [
     "chapter_features", "choose_recipes", "run", "main_setting", "facet_similarity", "MediumFeatures", "stuck_runs",
     "data_size_curve", "CURVE", "curve_frame", "curve_trend", "claims", "main_runs", "coincidences", "TIES",
     "METRICS", "findings", "facet_similarity_by_source", "translation_match", "tux_multilingual_claim",
-    "medium_findings", "equivalence_table", "facet_mask_figure", "speed_table", "language_bars",
+    "medium_findings", "caltech_word_cover", "equivalence_table", "facet_mask_figure", "speed_table", "language_bars",
 ]

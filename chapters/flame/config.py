@@ -103,7 +103,9 @@ class MediumConfig(Config):
     sizes (``train_pairs`` / ``val_pairs`` / ``retrieval_pairs``), the data-size curve's training sizes (prefixes of
     the training subset, so nested) and how many of the seeds it runs (``curve_seeds``; None: all: the main
     comparisons may need more seeds for their intervals than the curve's trend does), and the Tux Paint locales of
-    the multilingual test."""
+    the multilingual test. ``caltech_per_class``: Caltech-101's photographs as a zero-shot test after training on the
+    drawings' captions (the analogue of Table 3's CC3M captions -> ImageNet photos), each seed on its own seeded
+    sample of that many photos a category (so an interval over seeds also spans test items); None: no such test."""
 
     train_pairs: int = 3000
     val_pairs: int = 500
@@ -111,9 +113,12 @@ class MediumConfig(Config):
     curve_sizes: tuple[int, ...] = ()
     curve_seeds: int | None = None
     tux_locales: tuple[str, ...] = ("en",)
+    caltech_per_class: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.caltech_per_class is not None and self.caltech_per_class < 1:
+            raise ValueError(f"caltech_per_class must be a positive integer or null, got {self.caltech_per_class}")
         if self.data.corpus != "medium":
             raise ValueError("the medium FLAME config reads the medium corpus (data.corpus: medium)")
         if any(not 2 <= n <= self.train_pairs for n in self.curve_sizes):

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from chapters.flame.config import SUBSET_SEED, Config, MediumConfig
-from corpora import benchmarks, datasets, emoji, medium, tuxpaint
+from corpora import benchmarks, caltech, datasets, emoji, medium, tuxpaint
 from corpora.datasets import Benchmark, Labelled
 from lib.core.evaluate import prompt_texts
 
@@ -113,4 +113,6 @@ def _medium_text_sets(cfg: MediumConfig, bench: Benchmark) -> dict[str, tuple[li
     images, sentences = tux_multilingual(cfg)
     for loc, texts in sentences.items():
         out[f"tux:{loc}"] = (list(texts), {"tuxpaint_sentences": loc, "classes_of": images.source})
+    if cfg.caltech_per_class is not None:  # Caltech-101's 101 class prompts
+        out["caltech"] = (caltech.prompts(), {"prompts_for": caltech.NAME, "templates": [caltech.TEMPLATE]})
     return out

@@ -12,7 +12,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from chapters.flame.config import Config, MediumConfig
-from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
+from chapters.flame.data import (
+    label_set_name,
+    label_sets,
+    short,
+    sizes,
+    subsets,
+    text_sets,
+    tux_multilingual,
+)
+from corpora import caltech
 from corpora.datasets import Benchmark
 from lib.core import features, recipes
 from lib.core.config import LossConfig, TextModelConfig, TrainSettings
@@ -38,6 +47,7 @@ def feature_plan(cfg: Config, bench: Benchmark) -> features.Plan:
     images = [bench.train, bench.val, bench.retrieval, *bench.zero_shot[:1]]
     if isinstance(cfg, MediumConfig):
         images += [bench.zero_shot[1], tux_multilingual(cfg)[0]]
+        images += [caltech.labelled()] if cfg.caltech_per_class is not None else []
     for labelled in images if cfg.image_tower is None else []:
         plan.add(features.image(cfg.vision, labelled, **store))
     for name, (texts, source) in text_sets(cfg, bench).items():
@@ -293,6 +303,7 @@ class MediumFeatures(ChapterFeatures):
         self.index = subsets(cfg, bench)
         self.train_rows = train_rows or len(self.index["train"])
         self.tux_images, self.tux_sentences = tux_multilingual(cfg)
+        self.caltech = caltech.labelled() if cfg.caltech_per_class is not None else None
 
     def with_train(self, rows: int | None) -> MediumFeatures:
         view = MediumFeatures.__new__(MediumFeatures)
@@ -308,7 +319,7 @@ class MediumFeatures(ChapterFeatures):
             full = self._tensor(f"image:{self.cfg.vision.name}:{getattr(self.bench, role).name}")
             return self._rows(role, full[self.index[role]])
         images = {"zero-shot": self.bench.zero_shot[0], "tux-photo": self.bench.zero_shot[1],
-                  "tux": self.tux_images}[role]
+                  "tux": self.tux_images, "caltech": self.caltech}[role]
         return self._tensor(f"image:{self.cfg.vision.name}:{images.name}")
 
     def set_name(self, name: str) -> str:
@@ -360,4 +371,8 @@ def _run_medium(cfg: MediumConfig, bench: Benchmark, feats: MediumFeatures, kind
         row[f"tux:{loc}/acc1"] = zero_shot(model, view.image("tux"), short_text(f"tux:{loc}"), labelled)["acc1"]
         others += [row[f"tux:{loc}/acc1"]] if loc != "en" else []
     row["tux:other/acc1"] = sum(others) / len(others) if others else None
+    if view.caltech is not None:  # photographs, never trained on: this seed's own sample of them
+        rows, photos = caltech.sample(view.caltech, cfg.caltech_per_class, seed)
+        found = zero_shot(model, view.image("caltech")[rows], short_text("caltech"), photos)
+        row.update({f"caltech/{m}": found[m] for m in ("acc1", "acc5", "mean_per_class_recall")})
     return row, result
