@@ -94,7 +94,7 @@ except ModuleNotFoundError:
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-input"]
 config = "small"  # "small" (offline, CPU, minutes), "medium" (offline, CPU, larger) or "full" (the paper's)
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
 quick = False  # True: the first seed only, every variant once (a first look; the tests' run)
@@ -123,7 +123,7 @@ from lib.core.store import FeatureStore
 from lib.methods import fdt as fdt_method
 from lib.nn.sparsemax import sparsemax, sparsemax_threshold
 
-started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
+started = notebook.setup(config)  # offline unless full, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -140,6 +140,7 @@ if config == "full":  # data prepared, models reachable, device, memory and disk
 encoders = (f"{cfg.image_tower.open_clip_model} towers trained from random weights at {cfg.image_tower.image_size} px "
             f"(text: {cfg.text_tower.tokenizer}, {cfg.text_tower.context} tokens)" if cfg.towers else
             f"{cfg.vision.name} (image tokens: {cfg.image_tokens}) + {cfg.text.name} (word-piece states)")
+print(f"this page's run: config = {config!r} (papermill's parameters; the hidden cell above holds the defaults)")
 print(f"config {config!r}: seeds {list(cfg.seeds)}{' (quick: the first only)' if quick else ''}; {encoders}")
 print(f"FDT head: {cfg.fdt.num_codes} x {cfg.fdt.code_dim} codes, {cfg.fdt.projector} projector, {cfg.fdt.weighting}, "
       f"temperature {cfg.fdt.temperature:g}; variants: {', '.join(v.name for v in cfg.variants)}")
@@ -340,11 +341,11 @@ axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
 plt.tight_layout()
 
 # %% [markdown]
-# In the small config every head moves away from the loss of guessing except two: the softmax head at
-# the official temperature and the paper's formula (their best validation losses are in the tables
-# below), and the heads memorise the 1,335 training pairs quickly (train loss far below validation
-# loss). Early stopping keeps the step with the lowest validation loss, one rule for every head; in the
-# config shown, {glue:md}`stuck_line` (section "Checks" below).
+# A head that learns moves its validation loss below the loss of guessing (the dotted line); one that memorises
+# its training pairs drives the training loss far below the validation loss. Early stopping keeps the step with the
+# lowest validation loss, one rule for every head; in this run ({glue:md}`config_name` config),
+# {glue:md}`stuck_line` (section "Checks" below), and the best validation losses of every head are in the tables
+# below.
 #
 # ## Zero-shot classification and retrieval
 #
@@ -635,9 +636,8 @@ with pd.option_context("display.max_colwidth", None):
 #   sparsemax keeps {glue:md}`fdt_active` on per item, so the comparison is between two working heads
 #   and a sparse and a dense code. This is not the paper's setting: the paper's gap (Table 8: 32.4 vs
 #   5.2 with the weights as features, 45.9 vs 43.9 with the embeddings) comes with encoders trained
-#   through the codebook for many epochs. At the official temperature the small config's softmax head
-#   does not train at all; that comparison is the variant "softmax at 1000" of the small config, shown
-#   there but not used for a verdict.
+#   through the codebook for many epochs. At the official temperature a softmax head does not train at
+#   all (the small config runs that variant, "softmax at 1000", to show it; it decides no verdict).
 # * **Photos.** {glue:md}`photo_line` Read those rows as out-of-domain transfer from drawings, with
 #   few images and a large seed spread.
 
@@ -710,7 +710,13 @@ notebook.glue("zero_padding_same", "(the zero-padding variant is run in the smal
               "and accuracy on the first seed, so τ was positive for every caption it met" if same else "the zero-padding "
               "head's metrics differ from the FDT head's on the first seed, so τ fell below 0 for some captions", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
+box += [f"This page shows the **{config}** config's run ({len(cfg.seeds)} seeds).", ""]
 box += [findings_table(claims), ""]
+arms = [("Caltech-101 photographs", "caltech/acc1", findings.get("chance_caltech"))] if "chance_caltech" in findings else []
+arms += [(f"{headline} (unseen drawn concepts)" if cfg.data.corpus == "medium" else headline, f"{headline}/acc1",
+          chance[headline])]
+box += [f"- top-1 on {where}: FDT {runs.summary(metric, head='FDT').text()} %, pooled "
+        f"{runs.summary(metric, head='pooled').text()} %, chance {100 * level:.2f} %" for where, metric, level in arms]
 box += [f"- sparsity at initialisation: a 16,384 × 512 head at the official temperature keeps "
         f"{100 * findings['init_active_fraction_paper_size']:.0f} % of its codes on per item (this chapter's features; "
         f"{100 * findings['init_active_fraction_paper_size_random_inputs']:.0f} % on random inputs of the official widths), "

@@ -90,7 +90,7 @@ except ModuleNotFoundError:
     subprocess.run(["bash", "tools/setup.sh", "--here"], cwd=home, check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, home)
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-input"]
 config = "small"  # "small" (offline, CPU, minutes), "medium" (offline, CPU, ~20 min) or "full" (the paper's LLM and data, GPU)
 limit = None  # keep only the first N training pairs (None: data.limit of the config)
 seeds = None  # override the config's seeds, e.g. [0] (papermill: -p seeds "[0]")
@@ -119,7 +119,7 @@ from lib.core.store import FeatureStore
 from lib.methods.flame import LOSSES, OFFICIAL_TEMPLATE, FlameProjector, official_caption
 from lib.nn.losses import facet_clip_loss, multi_positive_sigmoid_loss
 
-started = notebook.setup(config)  # offline small config, OMP_NUM_THREADS, figure style
+started = notebook.setup(config)  # offline unless full, OMP_NUM_THREADS, figure style
 
 # %% [markdown]
 # ## Configuration
@@ -141,6 +141,7 @@ counts = [k for k in cfg.facet_counts if k < K][:1] if quick else [k for k in cf
 image_side = (f"image features {cfg.vision.name}" if cfg.image_tower is None else
               f"image tower {cfg.image_tower.open_clip_model or cfg.image_tower.timm_name or cfg.image_tower.kind} "
               f"trained from scratch at {cfg.image_tower.image_size} px")
+print(f"this page's run: config = {config!r} (papermill's parameters; the hidden cell above holds the defaults)")
 print(f"config {config!r}: LLM {cfg.text.name} (layer {cfg.text.layer}, {cfg.text.positions} positions); "
       f"{image_side}; seeds {list(cfg.seeds)}")
 pd.DataFrame({"facet": cfg.text.facets,
@@ -850,7 +851,13 @@ else:
                  "medium_curve_sizes", "medium_curve_seeds", "medium_story", "caltech_sample", "caltech_cover"):
         notebook.glue(name, "(medium config only)", markdown=True)
 box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
+box += [f"This page shows the **{config}** config's run ({len(cfg.seeds)} seeds).", ""]
 box += [findings_table(claims), ""]
+arms = [("Caltech-101 photographs", "caltech/acc1", findings["chance_caltech"])] if "chance_caltech" in findings else []
+arms += [(f"{len(zero_shot_set.classnames):,} unseen concepts", "zero-shot/acc1", chance["zero-shot"])]
+box += [f"- zero-shot top-1 on {where}: FLAME {runs.summary(metric, **flame.main_setting(cfg)).text()} %, text tower "
+        f"from scratch {runs.summary(metric, method='scratch').text()} %, chance {100 * level:.2f} %"
+        for where, metric, level in arms]
 if locales:
     above = versus(runs.values("labels:other/acc1", **flame.main_setting(cfg)), chance["zero-shot"])
     box += [f"- FLAME with the {', '.join(locales[1:])} labels against chance: "
