@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import yaml
 
+from tools import multiplicity
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "book" / "papers.yaml"
 METRICS = ROOT / "book" / "metrics"
@@ -331,20 +333,47 @@ def _claims_of(chapters: list[str], metrics_dir: Path, origin: str) -> list[tupl
             if claim.get("origin", "paper") == origin]
 
 
+def _every_claim(chapters: list[str], metrics_dir: Path) -> list[tuple[str, dict]]:
+    return [(chapter, claim) for chapter in chapters for claim in load_metrics(chapter, metrics_dir).get("claims", [])]
+
+
+HOLM_MARK = "\u2020"  # beside a directional verdict that Holm's correction over its chapter's claims does not keep
+HOLM_NOTE = (f"{HOLM_MARK} The interval excludes 0 at 95 % for this claim alone, but not once Holm's correction over "
+             "the chapter's claims is applied (adjusted p ≥ 0.05): read it as suggestive, not decided.")
+
+
 def verdict_table(papers: dict, chapters: list[str], metrics_dir: Path, origin: str = "paper") -> list[str]:
     """Every claim from ``origin`` (the papers', or the book's own questions) as one short row each, the chapter
-    named once in the first row of its claims."""
+    named once in the first row of its claims; a directional verdict that Holm's correction within its chapter does
+    not keep is marked :data:`HOLM_MARK` (``tools.multiplicity``), with the note under the table."""
     keep = [i for i, name in enumerate(VERDICT_HEADER) if origin == "paper" or name != "paper"]
     header = ["chapter", *(VERDICT_HEADER[i] for i in keep)]
     lines = [":::{table}", f":class: verdicts{'' if origin == 'paper' else ' without-paper'}", "",
              "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    previous = None
+    corrected = multiplicity.survivors(_every_claim(chapters, metrics_dir))
+    previous, marked = None, False
     for chapter, claim in _claims_of(chapters, metrics_dir, origin):
         title = papers[chapter]["title"] if chapter != previous else ""
         previous = chapter
         row = verdict_row(claim)
+        found = corrected.get((chapter, claim["id"]), {})
+        if found.get("directional") and not found.get("survives_chapter"):
+            row[-1], marked = row[-1] + HOLM_MARK, True
         lines.append("| " + " | ".join(_cell(c) for c in [title, *(row[i] for i in keep)]) + " |")
-    return [*lines, ":::"]
+    return [*lines, ":::", *(["", HOLM_NOTE] if marked else [])]
+
+
+def multiplicity_text(chapters: list[str], metrics_dir: Path) -> str:
+    """One paragraph: how many claims were tested at 95 % each, how many directional verdicts chance alone would
+    give, and how many of those found survive Holm within their chapter and over the whole book."""
+    found = multiplicity.summary(_every_claim(chapters, metrics_dir))
+    return (f"**Many claims at once.** The book tests {found['tested']} claims, each at 95 % on its own; if no method "
+            f"differed from another, about {found['expected_by_chance']:.1f} of them would still get a directional "
+            f"verdict (reproduced or not reproduced) by chance. Of the {found['directional']} directional verdicts "
+            f"found, {found['survive_chapter']} survive Holm's correction over their chapter's claims and "
+            f"{found['survive_book']} over all {found['tested']} (family-wise error 5 %, valid however the claims "
+            f"depend on each other; {HOLM_MARK} marks the ones the chapter's correction does not keep). The chapters "
+            "state each claim's own verdict; these corrections are how many of them to believe at once.")
 
 
 def _counts_words(claims: list[dict]) -> str:
@@ -387,7 +416,7 @@ def summary_lines(papers: dict, chapters: list[str], metrics_dir: Path) -> list[
             "where the chapter found one, its diagnosis.", "",
             *verdict_table(papers, chapters, metrics_dir), "",
             "The book's own questions (claims the papers do not make, so no paper number stands beside them):", "",
-            *verdict_table(papers, chapters, metrics_dir, "book"), ""]
+            *verdict_table(papers, chapters, metrics_dir, "book"), "", multiplicity_text(chapters, metrics_dir), ""]
 
 
 def claim_details(metrics: dict, origin: str = "paper") -> list[str]:
@@ -863,6 +892,7 @@ def intro_findings(papers: dict | None = None, metrics_dir: Path = METRICS, chap
              "([Results](results.md) lists them, with every claim in full).",
              "", ":::{dropdown} How firm these verdicts are: seeds, power, arithmetic",
              f"**Seeds.** Each verdict compares the two methods over the same paired seeds: {seeds}.", ""]
+    lines += [multiplicity_text(chapters, metrics_dir), ""]
     power = _power_lines(chapters, metrics_dir)
     if power:
         lines += ["**Power.** What the runs could have detected where they found no clear difference:", "", *power,
