@@ -81,3 +81,18 @@ def test_the_results_page_says_how_many_verdicts_survive_and_marks_the_others():
     assert f"{found['survive_chapter']} survive Holm's correction over their chapter's claims" in page
     if found["survive_chapter"] < found["directional"]:
         assert results_page.HOLM_MARK in page and results_page.HOLM_NOTE in page
+
+
+def test_the_seeds_a_claim_would_need_come_with_the_range_its_measured_spread_allows():
+    """Issue 61, item 14: "about N seeds" rests on a spread estimated from few seeds; its 90 % range brackets N for
+    every committed claim and narrows as the seeds grow."""
+    for _, claim in results_page._every_claim(results_page.toc_chapters(), results_page.METRICS):
+        found = results_page.seeds_needed_range(claim)
+        if claim.get("seeds_needed") and found:
+            low, high = found
+            assert low <= claim["seeds_needed"] <= high, (claim["id"], found, claim["seeds_needed"])
+    few = {"smallest_effect": 0.01, "comparison": {"diff_sd": 0.03, "pairs": 5}}
+    many = {"smallest_effect": 0.01, "comparison": {"diff_sd": 0.03, "pairs": 50}}
+    (a, b), (c, d) = results_page.seeds_needed_range(few), results_page.seeds_needed_range(many)
+    assert a < c <= d < b
+    assert results_page.seeds_needed_range({"smallest_effect": None, "comparison": few["comparison"]}) is None

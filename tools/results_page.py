@@ -834,6 +834,31 @@ def findings_table(papers: dict | None = None, metrics_dir: Path = METRICS, chap
     return "\n".join(verdict_table(papers, chapters, metrics_dir))
 
 
+def seeds_needed_range(claim: dict, level: float = 0.90) -> tuple[int, int] | None:
+    """The seeds a claim would need (``seeds_needed``: the MDE brought down to the paper's effect applied here) at the
+    ends of a ``level`` interval for the spread of its per-seed differences (chi-square, ``pairs - 1`` degrees of
+    freedom): the measured spread is itself an estimate from few seeds, so the single number is not firm."""
+    from scipy import stats
+
+    cmp, smallest = claim.get("comparison") or {}, claim.get("smallest_effect")
+    sd, n = cmp.get("diff_sd"), cmp.get("pairs")
+    if not smallest or not sd or not n or n < 2:
+        return None
+    bounds = [sd * math.sqrt((n - 1) / stats.chi2.ppf(q, n - 1)) for q in ((1 + level) / 2, (1 - level) / 2)]
+    needs = [_seeds_for(bound, smallest) for bound in bounds]
+    return (needs[0], needs[1]) if None not in needs else None
+
+
+def _seeds_for(sd: float, effect: float, most: int = 100_000) -> int | None:
+    """``lib.core.results.Comparison.seeds_for`` at a given spread: the paired seeds whose MDE is at most ``effect``."""
+    from lib.core.results import LEVEL, POWER, t_quantile
+
+    for n in range(2, most + 1):
+        if (t_quantile(0.5 + LEVEL / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n) <= effect:
+            return n
+    return None
+
+
 def _power_lines(chapters: list[str], metrics_dir: Path) -> list[str]:
     """For every paper claim that is inconclusive or shows no effect of the paper's size: what the runs could have
     detected (the claim's MDE, the paper's effect applied here, the seeds it would take)."""
@@ -845,7 +870,10 @@ def _power_lines(chapters: list[str], metrics_dir: Path) -> list[str]:
             lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, a rank correlation over "
                          f"{cmp.get('n')} models, whose smallest possible p is 1/{math.factorial(cmp.get('n') or 1)}.")
         elif claim["verdict"] == "inconclusive" and mde is not None:
+            spread = seeds_needed_range(claim) if need and smallest else None
             reach = (f"; about {need} paired seeds would reach the paper's effect" if need and smallest else "")
+            reach += (f" (between {spread[0]} and {spread[1]} at the ends of a 90 % interval for the measured spread, "
+                      f"itself estimated from {(claim.get('comparison') or {}).get('pairs')} seeds)" if spread else "")
             against = f" against the paper's effect applied here, {scale * smallest:.2f}" if smallest else ""
             lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, MDE {scale * mde:.2f} points"
                          f"{against}{reach}.")
