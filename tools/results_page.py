@@ -516,6 +516,17 @@ class Shift(NamedTuple):
     high: float
     mde: float | None  # the smaller of the two runs' minimum detectable effects for the claim itself
     paired: bool  # seed by seed (both runs kept their per-seed differences), else Welch's interval
+    low90: float | None = None  # the 90 % interval: two one-sided tests at 5 % (equivalence, :func:`equivalent`)
+    high90: float | None = None
+
+
+def equivalent(found: Shift, margin: float | None) -> bool | None:
+    """Whether the two runs are shown to estimate the same difference: the shift's 90 % interval lies inside
+    ± ``margin`` (two one-sided tests at 5 %, TOST). A 95 % interval that merely holds 0 shows only that no shift was
+    detected. None without a margin or a 90 % interval."""
+    if not margin or found.low90 is None:
+        return None
+    return -margin < found.low90 and found.high90 < margin
 
 
 def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
@@ -528,6 +539,8 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     same seeds make the two runs' errors positively correlated, so Welch's interval is *wider* than the paired one:
     a shift whose Welch interval excludes 0 is a real effect of the arithmetic, one that contains it is only not
     shown to be one. The claim's MDE beside the shift says whether a shift of that size could matter."""
+    from scipy import stats
+
     from lib.core.results import compare, welch_interval
 
     a, b = float32.get("comparison") or {}, bfloat16.get("comparison") or {}
@@ -539,10 +552,16 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     seeds_a, seeds_b = a.get("differences"), b.get("differences")
     if seeds_a and seeds_b and len(seeds_a) == len(seeds_b):
         paired = compare(seeds_b, seeds_a)
-        return Shift(paired.difference, paired.low, paired.high, mde, True)
+        shifts = [y - x for x, y in zip(seeds_a, seeds_b)]
+        n = len(shifts)
+        sd = math.sqrt(sum((d - paired.difference) ** 2 for d in shifts) / (n - 1))
+        half90 = stats.t.ppf(0.95, n - 1) * sd / math.sqrt(n)
+        return Shift(paired.difference, paired.low, paired.high, mde, True, paired.difference - half90,
+                     paired.difference + half90)
     half = welch_interval(a["diff_sd"], a["pairs"], b["diff_sd"], b["pairs"])
+    half90 = half * stats.norm.ppf(0.95) / stats.norm.ppf(0.975)  # Welch's df are large enough for this ratio
     shift = b["difference"] - a["difference"]
-    return Shift(shift, shift - half, shift + half, mde, False)
+    return Shift(shift, shift - half, shift + half, mde, False, shift - half90, shift + half90)
 
 
 def _shift_text(found: Shift | None, claim: dict) -> str:
@@ -553,7 +572,17 @@ def _shift_text(found: Shift | None, claim: dict) -> str:
     notes = [] if found.paired else ["Welch"]
     notes += [f"MDE {scale * found.mde:.2f}"] if found.mde is not None else []
     note = f" ({', '.join(notes)})" if notes else ""
-    return f"{scale * found.shift:+.2f} [{scale * found.low:+.2f}, {scale * found.high:+.2f}]{note}"
+    margin = equivalence_margin(claim, found)
+    same = equivalent(found, margin)
+    tost = "" if same is None else (f"; equal within ± {scale * margin:.2f}" if same else
+                                     f"; not shown equal within ± {scale * margin:.2f}")
+    return f"{scale * found.shift:+.2f} [{scale * found.low:+.2f}, {scale * found.high:+.2f}]{note}{tost}"
+
+
+def equivalence_margin(claim: dict, found: Shift) -> float | None:
+    """The margin within which two runs count as estimating the same difference: the claim's smallest effect of
+    interest (the paper's effect applied here) where it has one, else the claim's MDE (the least the design sees)."""
+    return claim.get("smallest_effect") or found.mde
 
 
 def arithmetic_of(metrics: dict) -> str:
@@ -652,9 +681,14 @@ def _shift_sentence(claim_pairs: list[tuple]) -> str:
         sizes = ", ".join(f"{new.get('scale', 100.0) * abs(s.shift):.2f}" for _, new, s in moved)
         text += (f" Of the {len(moved)} verdicts that change, {inside} moved by less than the claim's MDE with an "
                  f"interval that contains 0 (the moves: {sizes} points)")
-        text += (": the two runs estimate the same difference, and the verdict changes because that difference lies "
-                 "near 0 or the smallest effect, where an interval's end can fall either side of the line."
-                 if inside == len(moved) else "; the others moved by more than the runs' noise allows.")
+        text += (": no shift is detected, and the verdict changes because the difference lies near 0 or the "
+                 "smallest effect, where an interval's end can fall either side of the line (a move smaller than the "
+                 "MDE can still carry an interval's end across a line: it is not proof that the arithmetic is "
+                 "irrelevant)." if inside == len(moved) else "; the others moved by more than the runs' noise allows.")
+    same = [equivalent(s, equivalence_margin(new, s)) for _, new, s in measured]
+    text += (f" Whether the two runs estimate the same difference is an equivalence test (two one-sided tests at 5 %: "
+             f"the shift's 90 % interval inside ± the claim's smallest effect of interest, else its MDE): shown for "
+             f"{sum(x is True for x in same)} of the {sum(x is not None for x in same)} claims with a margin.")
     return text
 
 
