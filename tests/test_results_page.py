@@ -125,8 +125,21 @@ def test_the_page_opens_with_the_verdict_counts_and_a_table_of_every_claim():
     for chapter in CHAPTERS:
         assert f"\n| {PAPERS[chapter]['title']} | " in table
         for claim in results_page.load_metrics(chapter)["claims"]:
-            assert f"| {results_page._cell(results_page.verdict_row(claim)[0])} |" in first_screen, claim["id"]
+            assert f"| {results_page._cell(results_page.verdict_row(claim)[0])}" in first_screen, claim["id"]
     assert "; " not in " ".join(line for line in first_screen.splitlines() if line.startswith("- **"))
+
+
+def test_each_paper_claim_is_counted_once_where_two_chapters_test_it():
+    """Issue 61, item 6: ShareLock's and ViTeRB's tests of one Table 1 claim show as two rows, counted once."""
+    paper = [(ch, c) for ch in CHAPTERS for c in results_page.load_metrics(ch)["claims"] if c["origin"] == "paper"]
+    twice = [(ch, c) for ch, c in paper if results_page.SAME_CLAIM.get((ch, c["id"]), (None,))[0] in CHAPTERS]
+    primaries = {(ch, c["id"]) for ch, c in paper}
+    assert all(results_page.SAME_CLAIM[(ch, c["id"])] in primaries for ch, c in twice)  # the primary is tested
+    page = results_page.PAGE.read_text(encoding="utf-8")
+    assert f"**Of the papers' {len(paper) - len(twice)} claims tested offline: " in page
+    for chapter, claim in twice:
+        primary = results_page.SAME_CLAIM[(chapter, claim["id"])][0]
+        assert f"(the claim of {PAPERS[primary]['title']}'s row; counted there)" in page, claim["id"]
 
 
 def _claims():

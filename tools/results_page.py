@@ -328,6 +328,19 @@ def verdict_row(claim: dict) -> list[str]:
     return [name, paper_text(claim), arms, difference, VERDICT_MARK[claim["verdict"]].replace(" ", NBSP, 1)]
 
 
+# One paper claim, one verdict in the tallies. The ShareLock paper introduces ViTeRB, and two of its Table 1 claims are
+# tested in both chapters: ViTeRB's protocol is the paper's own test of them, so ViTeRB's verdict is the one counted and
+# the ShareLock chapter's row is shown under it as a second test of the same claim.
+SAME_CLAIM = {("sharelock", "zero_shot_above_chance"): ("viterb", "above_chance"),
+              ("sharelock", "decoder_beats_encoder"): ("viterb", "decoders_beat_encoders")}
+
+
+def counted(claims: list[tuple[str, dict]], chapters: list[str]) -> list[dict]:
+    """The claims that the tallies count: each paper claim once (:data:`SAME_CLAIM`: a second chapter's test of a
+    claim whose primary chapter is among ``chapters`` is left out of the counts, not out of the tables)."""
+    return [claim for chapter, claim in claims if SAME_CLAIM.get((chapter, claim["id"]), (None,))[0] not in chapters]
+
+
 def _claims_of(chapters: list[str], metrics_dir: Path, origin: str) -> list[tuple[str, dict]]:
     return [(chapter, claim) for chapter in chapters for claim in load_metrics(chapter, metrics_dir).get("claims", [])
             if claim.get("origin", "paper") == origin]
@@ -356,6 +369,9 @@ def verdict_table(papers: dict, chapters: list[str], metrics_dir: Path, origin: 
         title = papers[chapter]["title"] if chapter != previous else ""
         previous = chapter
         row = verdict_row(claim)
+        primary = SAME_CLAIM.get((chapter, claim["id"]))
+        if primary and primary[0] in chapters:
+            row[0] += f" (the claim of {papers[primary[0]]['title']}'s row; counted there)"
         found = corrected.get((chapter, claim["id"]), {})
         if found.get("directional") and not found.get("survives_chapter"):
             row[-1], marked = row[-1] + HOLM_MARK, True
@@ -399,7 +415,7 @@ def paper_sentences(papers: dict, chapters: list[str], metrics_dir: Path) -> lis
     """One plain sentence per paper: what it is about, and how its claims fared here."""
     lines = []
     for chapter in chapters:
-        own = [c for _, c in _claims_of([chapter], metrics_dir, "paper")]
+        own = counted(_claims_of([chapter], metrics_dir, "paper"), chapters)
         about = chapter_subtitle(chapter)
         lines.append(f"- **{papers[chapter]['title']}**{f' ({about})' if about else ''}: {_counts_words(own)}.")
     return lines
@@ -407,8 +423,8 @@ def paper_sentences(papers: dict, chapters: list[str], metrics_dir: Path) -> lis
 
 def summary_lines(papers: dict, chapters: list[str], metrics_dir: Path) -> list[str]:
     """The page's first screen: the verdict counts over every chapter, then one short row per claim."""
-    paper = [c for _, c in _claims_of(chapters, metrics_dir, "paper")]
-    book = [c for _, c in _claims_of(chapters, metrics_dir, "book")]
+    paper = counted(_claims_of(chapters, metrics_dir, "paper"), chapters)
+    book = counted(_claims_of(chapters, metrics_dir, "book"), chapters)
     return [f"**Of the papers' {len(paper)} claims tested offline: {_counts(paper)}.** The book's own "
             f"{len(book)} questions: {_counts(book)}. The paper's numbers are those it prints (its table beside the "
             "claim); this book's are the two methods' means over paired seeds in %, and A − B is in points with its "
@@ -939,8 +955,8 @@ def intro_findings(papers: dict | None = None, metrics_dir: Path = METRICS, chap
     which verdicts a change of arithmetic keeps."""
     papers = load_papers() if papers is None else papers
     chapters = toc_chapters() if chapters is None else chapters
-    paper = [c for _, c in _claims_of(chapters, metrics_dir, "paper")]
-    book = [c for _, c in _claims_of(chapters, metrics_dir, "book")]
+    paper = counted(_claims_of(chapters, metrics_dir, "paper"), chapters)
+    book = counted(_claims_of(chapters, metrics_dir, "book"), chapters)
     runs = {c: load_metrics(c, metrics_dir) for c in chapters}
     configs = {run.get("config", "small") for run in runs.values()}
     counts = [f"{papers[c]['title']} {len((run.get('settings') or {}).get('seeds') or [])}"
