@@ -917,8 +917,12 @@ def _power_lines(chapters: list[str], metrics_dir: Path) -> list[str]:
         cmp, scale = claim.get("comparison") or {}, claim.get("scale", 100.0)
         mde, smallest, need = cmp.get("mde"), claim.get("smallest_effect"), claim.get("seeds_needed")
         if claim["verdict"] == "inconclusive" and "rho" in cmp:
-            lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, a rank correlation over "
-                         f"{cmp.get('n')} models, whose smallest possible p is 1/{math.factorial(cmp.get('n') or 1)}.")
+            n = cmp.get("n") or 1
+            lines.append(f"- {label(claim)}: {VERDICT_MARK['inconclusive']}, and it cannot be decided with {n} models: "
+                         f"the exact permutation test of a rank correlation over {n} models has a smallest possible p "
+                         f"of 1/{math.factorial(n)} = {1 / math.factorial(n):.3f}, so only a perfect ordering could "
+                         "pass it (its power against anything short of that is nil); more models, not more seeds, "
+                         "would decide it.")
         elif claim["verdict"] == "inconclusive" and mde is not None:
             spread = seeds_needed_range(claim) if need and smallest else None
             reach = (f"; about {need} paired seeds would reach the paper's effect" if need and smallest else "")
