@@ -61,13 +61,21 @@ class _FakeBench:
 
 
 def test_medium_sets_reuse_the_validation_pairs_image_entry():
+    from corpora import caltech, manifests
+
     _need_medium()
+    try:
+        caltech.require()
+    except manifests.DatasetMissingError as missing:  # the medium config also reads Caltech-101, a user's download
+        pytest.skip(str(missing).splitlines()[0])
     cfg = fdt.load_config("medium")
     bench = fdt.benchmark(cfg)
     names = [s.name for s in fdt.zero_shot_sets(cfg, bench)]
     assert names == [bench.zero_shot[0].name, "tuxpaint-photo-unseen", bench.val.name]
     images = [r.name for r in fdt.feature_plan(cfg, bench) if r.kind == "image-tokens"]
-    assert len(images) == 4  # train, val (also the validation-concept zero-shot set), unseen, Tux Paint
+    # train, val (also the validation-concept zero-shot set), unseen, Tux Paint, and Caltech-101's photos (one entry:
+    # each seed takes its own sample of it)
+    assert len(images) == 5 and images[-1] == f"image-tokens:{cfg.vision.name}:caltech-101"
 
 
 def test_the_medium_sweep_keeps_the_configured_rate_unless_a_lead_clears_two_standard_errors(monkeypatch):
