@@ -571,7 +571,9 @@ if medium:
 if medium and feats.caltech is not None:
     photos = {"caltech/acc1": "Caltech-101 top-1", "caltech/acc5": "Caltech-101 top-5"}
     caltech_table = main.table(list(photos), by=["method"], labels=photos).set_index("method").T
-    caltech_table["chance"] = [f"{100 / len(feats.caltech.classnames):.2f}", f"{500 / len(feats.caltech.classnames):.2f}"]
+    level = {"Caltech-101 top-1": 1, "Caltech-101 top-5": 5}  # chance: k of the 101 categories
+    caltech_table["chance"] = [f"{100 * level[row] / len(feats.caltech.classnames):.2f}" if row in level else ""
+                               for row in caltech_table.index]
     display(caltech_table)
     fig, axis = plt.subplots(figsize=(6.4, 2.8))
     sns.barplot(data=main.frame(), y="method", x="caltech/acc1", errorbar="sd", ax=axis, color="steelblue")
