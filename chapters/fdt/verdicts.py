@@ -24,6 +24,7 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
                    paper_value="CLIP+FDT 45.9 vs CLIP 41.3", paper_pair=(45.9, 41.3))
     out = [pooled] if not photos else [
         dataclasses.replace(pooled, comparison=runs.compare("caltech/acc1", {"head": "FDT"}, {"head": "pooled"}),
+                            names=("FDT head on Caltech-101", "pooled head on Caltech-101"),
                             statement=pooled.statement + " (zero-shot on Caltech-101's photographs, trained on the "
                             "drawings)"),
         _on_drawings(pooled, "fdt_beats_pooled_drawings")]
@@ -37,7 +38,8 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs) -> list[Claim]:
                        ("sparsemax head", "softmax head"), paper_value="45.9 vs 43.9", paper_pair=(45.9, 43.9))
         out += [sparse] if not photos else [
             dataclasses.replace(sparse, statement=sparse.statement + " (zero-shot on Caltech-101's photographs)",
-                                comparison=runs.compare("caltech/acc1", {"head": "FDT"}, {"head": softmax})),
+                                comparison=runs.compare("caltech/acc1", {"head": "FDT"}, {"head": softmax}),
+                                names=("sparsemax head on Caltech-101", "softmax head on Caltech-101")),
             _on_drawings(sparse, "sparsemax_beats_softmax_drawings")]
     chance = 1 / len(zero_shot_sets(cfg, bench)[0].classnames)
     out.append(Claim("fdt_above_chance", "the book's question: an FDT head on frozen features transfers zero-shot to "
@@ -52,6 +54,7 @@ def _on_drawings(claim: Claim, id_: str) -> Claim:
     """A paper claim's comparison on the unseen drawn concepts, kept as the book's own question once Caltech-101's
     photographs decide the claim: one paper claim, one verdict (the tallies count it once)."""
     return dataclasses.replace(claim, id=id_, origin="book", paper_value=None, paper_pair=None,
+                               names=tuple(f"{name} on unseen drawn concepts" for name in claim.names),
                                statement=claim.statement + " (zero-shot on the unseen drawn concepts)",
                                reference=f"the book's own question (the claim of {claim.reference} on drawings)")
 

@@ -41,11 +41,13 @@ def claims(cfg: Config, bench: Benchmark, runs: Runs, *, diagnosis: dict | None 
             "frozen_llm_beats_scratch", "a frozen LLM read through facet prompts is a better text side than a text "
             "tower trained from scratch on the same captions (zero-shot on Caltech-101's photographs, trained on the "
             "drawings' captions)", "Table 3 (CC3M, ImageNet-1k zero-shot top-1)",
-            runs.compare("caltech/acc1", main, dict(method="scratch")), ("FLAME", "text tower from scratch"),
+            runs.compare("caltech/acc1", main, dict(method="scratch")),
+            ("FLAME on Caltech-101", "text tower from scratch on Caltech-101"),
             paper_value="FLAME 36.0 vs CLIP 16.0", diagnosis=diagnosis.get("frozen_llm_beats_scratch_photos"),
             paper_pair=(36.0, 16.0)),
             dataclasses.replace(  # the drawings: concepts whose words a scratch tower never read (the book's question)
                 drawings, id="frozen_llm_beats_scratch_unseen_words", origin="book", paper_value=None,
+                names=("FLAME on unseen drawn concepts", "text tower from scratch on them"),
                 paper_pair=None, reference="the book's own question (Table 3's claim on concepts absent from training)",
                 statement="a frozen LLM read through facet prompts names drawn concepts of families held out of "
                 "training better than a text tower trained from scratch on the same captions, which knows only the "
