@@ -894,19 +894,12 @@ def seeds_needed_range(claim: dict, level: float = 0.90) -> tuple[int, int] | No
     sd, n = cmp.get("diff_sd"), cmp.get("pairs")
     if not smallest or not sd or not n or n < 2:
         return None
+    from lib.core.results import Comparison, Summary
+
     bounds = [sd * math.sqrt((n - 1) / stats.chi2.ppf(q, n - 1)) for q in ((1 + level) / 2, (1 - level) / 2)]
-    needs = [_seeds_for(bound, smallest) for bound in bounds]
+    needs = [Comparison(Summary(()), Summary(()), None, "unknown", n, bound).seeds_for(smallest, most=100_000)
+             for bound in bounds]
     return (needs[0], needs[1]) if None not in needs else None
-
-
-def _seeds_for(sd: float, effect: float, most: int = 100_000) -> int | None:
-    """``lib.core.results.Comparison.seeds_for`` at a given spread: the paired seeds whose MDE is at most ``effect``."""
-    from lib.core.results import LEVEL, POWER, t_quantile
-
-    for n in range(2, most + 1):
-        if (t_quantile(0.5 + LEVEL / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n) <= effect:
-            return n
-    return None
 
 
 def _power_lines(chapters: list[str], metrics_dir: Path) -> list[str]:
