@@ -12,15 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chapters.flame.config import Config, MediumConfig
-from chapters.flame.data import (
-    label_set_name,
-    label_sets,
-    short,
-    sizes,
-    subsets,
-    text_sets,
-    tux_multilingual,
-)
+from chapters.flame.data import label_set_name, label_sets, short, sizes, subsets, text_sets, tux_multilingual
 from corpora import caltech
 from corpora.datasets import Benchmark
 from lib.core import features, recipes
