@@ -285,12 +285,14 @@ def test_caltech_photographs_decide_the_paper_claims_and_the_drawings_become_the
                                                "weights_as_features/acc1": 0.1})
     claims = {c.id: c for c in fdt.claims(cfg, bench, runs)}
     assert set(claims) == {"fdt_beats_pooled", "fdt_beats_pooled_drawings", "sparsemax_beats_softmax",
-                           "sparsemax_beats_softmax_drawings", "sparsemax_beats_softmax_as_features", "fdt_above_chance"}
+                           "sparsemax_beats_softmax_drawings", "sparsemax_beats_softmax_as_features",
+                           "fdt_above_chance"}
     assert claims["fdt_beats_pooled"].verdict == "not reproduced" and "Caltech" in claims["fdt_beats_pooled"].statement
     assert claims["fdt_beats_pooled_drawings"].verdict == "reproduced"
     assert claims["sparsemax_beats_softmax"].verdict == "reproduced"
     paper = [c for c in claims.values() if c.origin == "paper"]
-    assert {c.id for c in paper} == {"fdt_beats_pooled", "sparsemax_beats_softmax", "sparsemax_beats_softmax_as_features"}
+    assert {c.id for c in paper} == {"fdt_beats_pooled", "sparsemax_beats_softmax",
+                                     "sparsemax_beats_softmax_as_features"}
     assert all(claims[i].origin == "book" and claims[i].paper_pair is None
                for i in ("fdt_beats_pooled_drawings", "sparsemax_beats_softmax_drawings"))
 

@@ -107,7 +107,8 @@ def test_caltech_photographs_decide_table_3s_claim_and_the_drawings_are_the_book
                  **{"zero-shot/acc1": 0.001, "caltech/acc1": 0.25 + 0.01 * seed, "tux:other/acc1": 0.01})
     claims = {c.id: c for c in flame.claims(cfg, None, runs)}
     assert claims["frozen_llm_beats_scratch"].verdict == "not reproduced"
-    assert claims["frozen_llm_beats_scratch"].origin == "paper" and "Caltech" in claims["frozen_llm_beats_scratch"].statement
+    photos = claims["frozen_llm_beats_scratch"]
+    assert photos.origin == "paper" and "Caltech" in photos.statement
     drawn = claims["frozen_llm_beats_scratch_unseen_words"]
     assert drawn.verdict == "reproduced" and drawn.origin == "book" and drawn.paper_pair is None
     without = Runs({k: v for k, v in r.items() if not k.startswith("caltech/")} for r in runs)

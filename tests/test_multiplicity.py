@@ -96,3 +96,14 @@ def test_the_seeds_a_claim_would_need_come_with_the_range_its_measured_spread_al
     (a, b), (c, d) = results_page.seeds_needed_range(few), results_page.seeds_needed_range(many)
     assert a < c <= d < b
     assert results_page.seeds_needed_range({"smallest_effect": None, "comparison": few["comparison"]}) is None
+
+
+def test_two_runs_count_as_equal_only_when_the_shifts_90_percent_interval_sits_inside_the_margin():
+    """Issue 61, item 13: an interval that holds 0 is not equivalence; two one-sided tests at 5 % are."""
+    inside = results_page.Shift(0.01, -0.05, 0.07, 0.2, True, -0.03, 0.05)
+    wide = results_page.Shift(0.01, -0.5, 0.52, 0.2, True, -0.4, 0.42)  # holds 0, yet not shown equal
+    assert results_page.equivalent(inside, 0.1) is True
+    assert results_page.equivalent(wide, 0.1) is False
+    assert results_page.equivalent(inside, None) is None
+    assert results_page.equivalence_margin({"smallest_effect": 0.3}, inside) == 0.3
+    assert results_page.equivalence_margin({"smallest_effect": None}, inside) == 0.2  # the MDE

@@ -363,20 +363,29 @@ def verdict_table(papers: dict, chapters: list[str], metrics_dir: Path, origin: 
     header = ["chapter", *(VERDICT_HEADER[i] for i in keep)]
     lines = [":::{table}", f":class: verdicts{'' if origin == 'paper' else ' without-paper'}", "",
              "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    corrected = multiplicity.survivors(_every_claim(chapters, metrics_dir))
     previous, marked = None, False
-    for chapter, claim in _claims_of(chapters, metrics_dir, origin):
+    for chapter, _, row in table_rows(papers, chapters, metrics_dir, origin):
         title = papers[chapter]["title"] if chapter != previous else ""
         previous = chapter
+        marked = marked or row[-1].endswith(HOLM_MARK)
+        lines.append("| " + " | ".join(_cell(c) for c in [title, *(row[i] for i in keep)]) + " |")
+    return [*lines, ":::", *(["", HOLM_NOTE] if marked else [])]
+
+
+def table_rows(papers: dict, chapters: list[str], metrics_dir: Path, origin: str = "paper"):
+    """``(chapter, claim, row)`` of :func:`verdict_table`: :func:`verdict_row`, its label saying where a claim tested
+    twice is counted (:data:`SAME_CLAIM`) and its verdict marked :data:`HOLM_MARK` where Holm's correction within the
+    chapter does not keep it."""
+    corrected = multiplicity.survivors(_every_claim(chapters, metrics_dir))
+    for chapter, claim in _claims_of(chapters, metrics_dir, origin):
         row = verdict_row(claim)
         primary = SAME_CLAIM.get((chapter, claim["id"]))
         if primary and primary[0] in chapters:
             row[0] += f" (the claim of {papers[primary[0]]['title']}'s row; counted there)"
         found = corrected.get((chapter, claim["id"]), {})
         if found.get("directional") and not found.get("survives_chapter"):
-            row[-1], marked = row[-1] + HOLM_MARK, True
-        lines.append("| " + " | ".join(_cell(c) for c in [title, *(row[i] for i in keep)]) + " |")
-    return [*lines, ":::", *(["", HOLM_NOTE] if marked else [])]
+            row[-1] += HOLM_MARK
+        yield chapter, claim, row
 
 
 def multiplicity_text(chapters: list[str], metrics_dir: Path) -> str:
@@ -397,7 +406,7 @@ def _counts_words(claims: list[dict]) -> str:
     reproduced = sum(c["verdict"] == "reproduced" for c in claims)
     rest = [f"{sum(c['verdict'] == v for c in claims)} {v}" for v in VERDICT_MARK
             if v != "reproduced" and any(c["verdict"] == v for c in claims)]
-    head = f"{reproduced or 'none'} of {len(claims)} claims reproduced"
+    head = f"{reproduced or 'none'} of {len(claims)} claim{'s' if len(claims) != 1 else ''} reproduced"
     return ", ".join([head, *rest])
 
 
@@ -415,9 +424,13 @@ def paper_sentences(papers: dict, chapters: list[str], metrics_dir: Path) -> lis
     """One plain sentence per paper: what it is about, and how its claims fared here."""
     lines = []
     for chapter in chapters:
-        own = counted(_claims_of([chapter], metrics_dir, "paper"), chapters)
-        about = chapter_subtitle(chapter)
-        lines.append(f"- **{papers[chapter]['title']}**{f' ({about})' if about else ''}: {_counts_words(own)}.")
+        every = _claims_of([chapter], metrics_dir, "paper")
+        own, about = counted(every, chapters), chapter_subtitle(chapter)
+        elsewhere = sorted({papers[SAME_CLAIM[(c, claim["id"])][0]]["title"] for c, claim in every
+                            if SAME_CLAIM.get((c, claim["id"]), (None,))[0] in chapters})
+        more = (f"; {len(every) - len(own)} more of its rows test {_and(elsewhere)}'s claims, counted there"
+                if elsewhere else "")
+        lines.append(f"- **{papers[chapter]['title']}**{f' ({about})' if about else ''}: {_counts_words(own)}{more}.")
     return lines
 
 
@@ -542,7 +555,7 @@ def equivalent(found: Shift, margin: float | None) -> bool | None:
     detected. None without a margin or a 90 % interval."""
     if not margin or found.low90 is None:
         return None
-    return -margin < found.low90 and found.high90 < margin
+    return bool(-margin < found.low90 and found.high90 < margin)
 
 
 def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
