@@ -22,7 +22,7 @@ def test_holm_multiplies_the_sorted_p_values_and_keeps_them_monotone():
 def test_the_p_value_is_the_rules_test_on_every_committed_claim():
     """p < 0.05 exactly when the claim's 95 % interval excludes 0 (the rule's own t-test of the per-seed
     differences), for every claim the chapters wrote; rank correlations keep their stored p."""
-    claims = results_page._every_claim(results_page.toc_chapters(), results_page.METRICS)
+    claims = results_page._claims_of(results_page.toc_chapters(), results_page.METRICS)
     assert claims
     for chapter, claim in claims:
         p = multiplicity.claim_p_value(claim)
@@ -75,7 +75,7 @@ def test_survivors_correct_within_each_chapter_and_over_the_book():
 
 def test_the_results_page_says_how_many_verdicts_survive_and_marks_the_others():
     chapters = results_page.toc_chapters()
-    found = multiplicity.summary(results_page._every_claim(chapters, results_page.METRICS))
+    found = multiplicity.summary(results_page._claims_of(chapters, results_page.METRICS))
     page = results_page.render()
     assert f"The book tests {found['tested']} claims" in page
     assert f"{found['survive_chapter']} survive Holm's correction over their chapter's claims" in page
@@ -86,7 +86,7 @@ def test_the_results_page_says_how_many_verdicts_survive_and_marks_the_others():
 def test_the_seeds_a_claim_would_need_come_with_the_range_its_measured_spread_allows():
     """Issue 61, item 14: "about N seeds" rests on a spread estimated from few seeds; its 90 % range brackets N for
     every committed claim and narrows as the seeds grow."""
-    for _, claim in results_page._every_claim(results_page.toc_chapters(), results_page.METRICS):
+    for _, claim in results_page._claims_of(results_page.toc_chapters(), results_page.METRICS):
         found = results_page.seeds_needed_range(claim)
         if claim.get("seeds_needed") and found:
             low, high = found

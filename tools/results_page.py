@@ -335,19 +335,22 @@ SAME_CLAIM = {("sharelock", "zero_shot_above_chance"): ("viterb", "above_chance"
               ("sharelock", "decoder_beats_encoder"): ("viterb", "decoders_beat_encoders")}
 
 
+def counted_in(chapter: str, claim: dict, chapters: list[str]) -> str | None:
+    """The chapter whose row counts this claim instead (:data:`SAME_CLAIM`), when that chapter is among ``chapters``."""
+    primary = SAME_CLAIM.get((chapter, claim["id"]), (None,))[0]
+    return primary if primary in chapters else None
+
+
 def counted(claims: list[tuple[str, dict]], chapters: list[str]) -> list[dict]:
-    """The claims that the tallies count: each paper claim once (:data:`SAME_CLAIM`: a second chapter's test of a
-    claim whose primary chapter is among ``chapters`` is left out of the counts, not out of the tables)."""
-    return [claim for chapter, claim in claims if SAME_CLAIM.get((chapter, claim["id"]), (None,))[0] not in chapters]
+    """The claims that the tallies count: each paper claim once (a second chapter's test of a claim, :func:`counted_in`,
+    is left out of the counts, not out of the tables)."""
+    return [claim for chapter, claim in claims if counted_in(chapter, claim, chapters) is None]
 
 
-def _claims_of(chapters: list[str], metrics_dir: Path, origin: str) -> list[tuple[str, dict]]:
+def _claims_of(chapters: list[str], metrics_dir: Path, origin: str | None = None) -> list[tuple[str, dict]]:
+    """``(chapter, claim)`` of every claim the chapters tested, of ``origin`` (``"paper"`` / ``"book"``) or all."""
     return [(chapter, claim) for chapter in chapters for claim in load_metrics(chapter, metrics_dir).get("claims", [])
-            if claim.get("origin", "paper") == origin]
-
-
-def _every_claim(chapters: list[str], metrics_dir: Path) -> list[tuple[str, dict]]:
-    return [(chapter, claim) for chapter in chapters for claim in load_metrics(chapter, metrics_dir).get("claims", [])]
+            if origin is None or claim.get("origin", "paper") == origin]
 
 
 HOLM_MARK = "\u2020"  # beside a directional verdict that Holm's correction over its chapter's claims does not keep
@@ -376,12 +379,12 @@ def table_rows(papers: dict, chapters: list[str], metrics_dir: Path, origin: str
     """``(chapter, claim, row)`` of :func:`verdict_table`: :func:`verdict_row`, its label saying where a claim tested
     twice is counted (:data:`SAME_CLAIM`) and its verdict marked :data:`HOLM_MARK` where Holm's correction within the
     chapter does not keep it."""
-    corrected = multiplicity.survivors(_every_claim(chapters, metrics_dir))
+    corrected = multiplicity.survivors(_claims_of(chapters, metrics_dir))
     for chapter, claim in _claims_of(chapters, metrics_dir, origin):
         row = verdict_row(claim)
-        primary = SAME_CLAIM.get((chapter, claim["id"]))
-        if primary and primary[0] in chapters:
-            row[0] += f" (the claim of {papers[primary[0]]['title']}'s row; counted there)"
+        primary = counted_in(chapter, claim, chapters)
+        if primary:
+            row[0] += f" (the claim of {papers[primary]['title']}'s row; counted there)"
         found = corrected.get((chapter, claim["id"]), {})
         if found.get("directional") and not found.get("survives_chapter"):
             row[-1] += HOLM_MARK
@@ -391,7 +394,7 @@ def table_rows(papers: dict, chapters: list[str], metrics_dir: Path, origin: str
 def multiplicity_text(chapters: list[str], metrics_dir: Path) -> str:
     """One paragraph: how many claims were tested at 95 % each, how many directional verdicts chance alone would
     give, and how many of those found survive Holm within their chapter and over the whole book."""
-    found = multiplicity.summary(_every_claim(chapters, metrics_dir))
+    found = multiplicity.summary(_claims_of(chapters, metrics_dir))
     return (f"**Many claims at once.** The book tests {found['tested']} claims, each at 95 % on its own; if no method "
             f"differed from another, about {found['expected_by_chance']:.1f} of them would still get a directional "
             f"verdict (reproduced or not reproduced) by chance. Of the {found['directional']} directional verdicts "
@@ -426,8 +429,8 @@ def paper_sentences(papers: dict, chapters: list[str], metrics_dir: Path) -> lis
     for chapter in chapters:
         every = _claims_of([chapter], metrics_dir, "paper")
         own, about = counted(every, chapters), chapter_subtitle(chapter)
-        elsewhere = sorted({papers[SAME_CLAIM[(c, claim["id"])][0]]["title"] for c, claim in every
-                            if SAME_CLAIM.get((c, claim["id"]), (None,))[0] in chapters})
+        elsewhere = sorted({papers[primary]["title"] for c, claim in every
+                            if (primary := counted_in(c, claim, chapters))})
         more = (f"; {len(every) - len(own)} more of its rows test {_and(elsewhere)}'s claims, counted there"
                 if elsewhere else "")
         lines.append(f"- **{papers[chapter]['title']}**{f' ({about})' if about else ''}: {_counts_words(own)}{more}.")
@@ -581,14 +584,13 @@ def arithmetic_shift(float32: dict, bfloat16: dict) -> Shift | None:
     seeds_a, seeds_b = a.get("differences"), b.get("differences")
     if seeds_a and seeds_b and len(seeds_a) == len(seeds_b):
         paired = compare(seeds_b, seeds_a)
-        shifts = [y - x for x, y in zip(seeds_a, seeds_b)]
-        n = len(shifts)
-        sd = math.sqrt(sum((d - paired.difference) ** 2 for d in shifts) / (n - 1))
-        half90 = stats.t.ppf(0.95, n - 1) * sd / math.sqrt(n)
+        half90 = stats.t.ppf(0.95, paired.pairs - 1) * paired.diff_sd / math.sqrt(paired.pairs)
         return Shift(paired.difference, paired.low, paired.high, mde, True, paired.difference - half90,
                      paired.difference + half90)
     half = welch_interval(a["diff_sd"], a["pairs"], b["diff_sd"], b["pairs"])
-    half90 = half * stats.norm.ppf(0.95) / stats.norm.ppf(0.975)  # Welch's df are large enough for this ratio
+    # The normal quantiles' ratio: with few seeds it makes the 90 % interval a little wider than Welch's t would, so
+    # equivalence errs towards "not shown"
+    half90 = half * stats.norm.ppf(0.95) / stats.norm.ppf(0.975)
     shift = b["difference"] - a["difference"]
     return Shift(shift, shift - half, shift + half, mde, False, shift - half90, shift + half90)
 

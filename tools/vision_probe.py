@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lib.core.evaluate import mean_per_class_recall
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "checks" / "vision_probe.json"  # a check, not a speed benchmark: bench.render leaves it out
 
@@ -51,11 +53,6 @@ def split(per_class: int, seed: int = 0) -> tuple[list[str], list[int], list[boo
         labels += [label] * len(photos)
         fitting += [i < half for i in range(len(photos))]
     return keys, labels, fitting
-
-
-def mean_per_class_recall(predicted: torch.Tensor, labels: torch.Tensor) -> float:
-    classes = labels.unique()
-    return float(torch.stack([(predicted[labels == c] == c).float().mean() for c in classes]).mean())
 
 
 def logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> torch.Tensor:
@@ -85,14 +82,12 @@ def probe(features: torch.Tensor, labels: torch.Tensor, fitting: torch.Tensor, c
     scores = {}
     for l2 in L2:
         w = logistic(x[inner], labels[inner], classes, l2)
-        scores[l2] = mean_per_class_recall((torch.cat([x[held], torch.ones(len(held), 1)], 1) @ w).argmax(1),
-                                           labels[held])
+        scores[l2] = mean_per_class_recall(torch.cat([x[held], torch.ones(len(held), 1)], 1) @ w, labels[held])
     best = max(scores, key=scores.get)
     w = logistic(x[fit_rows], labels[fit_rows], classes, best)
-    linear = mean_per_class_recall((torch.cat([x[test_rows], torch.ones(len(test_rows), 1)], 1) @ w).argmax(1),
-                                   labels[test_rows])
+    linear = mean_per_class_recall(torch.cat([x[test_rows], torch.ones(len(test_rows), 1)], 1) @ w, labels[test_rows])
     means = F.normalize(torch.stack([x[fit_rows][labels[fit_rows] == c].mean(0) for c in range(classes)]), dim=-1)
-    ncm = mean_per_class_recall((x[test_rows] @ means.T).argmax(1), labels[test_rows])
+    ncm = mean_per_class_recall(x[test_rows] @ means.T, labels[test_rows])
     return {"linear_probe": linear, "nearest_class_mean": ncm, "l2": best,
             "fit_photos": len(fit_rows), "test_photos": len(test_rows)}
 
