@@ -177,7 +177,7 @@ def test_the_committed_viterb_run_is_not_degenerate():
     assert extra["stuck_runs"] == 0, "a reported head whose best step is its first evaluation has not trained"
     assert len(seeds) >= 5 and metrics["settings"]["split_per_seed"]
     drawn = {(r["seed"], r["dataset"]) for r in extra["seed_splits"]}
-    assert drawn == {(s, d) for s in seeds for d in ("medium", "emoji")}
+    assert drawn == {(s, d) for s in seeds for d in ("medium", "emoji", "caltech-101")}
     main = [r for r in metrics["runs"] if r["study"] == "main"]
     assert len({r["model"] for r in main}) == 7 and {r["seed"] for r in main} == set(seeds)
     for dataset in ("medium", "emoji"):
@@ -192,3 +192,58 @@ def test_the_committed_viterb_run_is_not_degenerate():
     assert wiki["paper_pair"] == pytest.approx([40.1, 35.5], abs=0.05)  # Table 1's column means (7 models)
     assert claims["reference_beats_names"]["origin"] == "book"
     assert all("score_own_text" in r for r in main), "every score-set run is read on the classes with an article"
+
+
+# ------------------------------------------------------------------------------------ Caltech-101's photographs
+def _two_roles(photo_gap: float, drawn_gap: float, seeds: int = 5) -> Runs:
+    """Main-grid runs on the drawings (role score) and on Caltech-101 (role photos): decoders ahead by the gaps."""
+    runs = Runs()
+    for role, dataset, gap in (("score", "medium", drawn_gap), ("photos", "caltech-101", photo_gap)):
+        for seed in range(seeds):
+            for model, family in (("dec-a", "decoder"), ("enc-a", "encoder")):
+                for kind in ("name", "reference", "wikipedia"):
+                    score = 0.2 + (gap if family == "decoder" else 0) + 0.001 * seed + (0.01 if kind != "name" else 0)
+                    runs.add(study="main", role=role, dataset=dataset, model=model, family=family, kind=kind,
+                             seed=seed, score=score, score_own_text=score, chance=0.02, best_step=50)
+    return runs
+
+
+def test_photographs_decide_the_paper_claims_and_the_drawings_become_the_books():
+    cfg = viterb.load_config("medium")
+    assert cfg.photo_datasets == ("caltech-101",) and cfg.role("caltech-101") == "photos"
+    found = {c.id: c for c in viterb.claims(cfg, _two_roles(0.05, -0.05), {})}
+    photo, drawn = found["decoders_beat_encoders"], found["decoders_beat_encoders_drawings"]
+    assert photo.origin == "paper" and photo.verdict == "reproduced" and "Caltech-101" in photo.statement
+    assert drawn.origin == "book" and drawn.verdict == "not reproduced" and drawn.paper_pair is None
+    assert all(name.endswith("on drawings") for name in drawn.names)
+    # each paper claim has exactly one verdict: every other copy is the book's
+    paper = [c.id for c in found.values() if c.origin == "paper"]
+    assert paper and not any(i.endswith("_drawings") for i in paper)
+    assert {f"{i}_drawings" for i in paper} <= set(found)
+    # without photo runs (a small-config run, or photographs not prepared) the drawings keep the paper's claims
+    drawings_only = Runs()
+    for r in _two_roles(0.05, -0.05):
+        if r["role"] == "score":
+            drawings_only.add(**r)
+    alone = {c.id: c for c in viterb.claims(cfg, drawings_only, {})}
+    assert alone["decoders_beat_encoders"].origin == "paper" and not any(i.endswith("_drawings") for i in alone)
+
+
+def test_caltech_texts_are_class_major_with_the_photo_template():
+    from corpora import caltech
+    from corpora.class_splits import ClassBenchmark
+
+    keys = tuple(caltech.categories())
+    bench = ClassBenchmark(caltech.NAME, keys, tuple(caltech.display_name(k) for k in keys), ("seen",) * len(keys),
+                           (), (), (), ())
+    names = viterb.caltech_texts(bench, "name")
+    assert len(names) == 101 and names.texts[keys.index("car_side")] == "a photo of a car side."
+    wiki = viterb.caltech_texts(bench, "wikipedia")
+    assert list(wiki.owner) == sorted(wiki.owner) and set(wiki.owner) == set(range(101))
+    assert wiki.ids[0].startswith(f"{keys[0]}#") and wiki.source["file_sha256"]
+    matched = viterb.with_article(bench)
+    assert 70 <= len(matched) < 101  # the texts file matches 78 of the 101 categories
+    unmatched = next(c for c in range(101) if c not in matched)
+    assert [t for t, c in zip(wiki.texts, wiki.owner) if c == unmatched] == [names.texts[unmatched]]
+    with pytest.raises(ValueError, match="no 'description' texts"):
+        viterb.caltech_texts(bench, "description")

@@ -24,7 +24,10 @@ class Config:
     """``notebooks/configs/viterb.yaml``, validated field by field on load (``lib.core.config``).
 
     ``score_datasets`` are averaged into the ViTeRB score (the paper: AWA2, CUB, FGVC-Aircraft, ImageNet+);
-    ``check_datasets`` run the same grid but are reported on their own. ``encoders`` names the text models
+    ``check_datasets`` run the same grid but are reported on their own; ``photo_datasets`` (medium: Caltech-101's
+    photographs, each seed its own 51 / 50 split of the categories) run the same grid with a recipe sweep of their
+    own, and where they exist the paper's claims are decided on them (the score datasets' drawings become a second
+    analogue, the book's own questions). ``encoders`` names the text models
     that are encoders (Table 1's "Enc." rows); the others are decoders. ``pooling_ablation``: text models
     run again with another pooling (reported apart from the main table). ``bare_name``: also run the class
     name without templates. ``curve_fractions``: shares of the first score dataset's training images at which
@@ -40,6 +43,7 @@ class Config:
     text: tuple[TextModelConfig, ...]  # the first is the main model (the shuffled-text control)
     encoders: tuple[str, ...] = ()
     check_datasets: tuple[str, ...] = ()
+    photo_datasets: tuple[str, ...] = ()
     name_templates: Literal["imagenet80", "imagenet7", "bare"] = "imagenet80"
     bare_name: bool = False
     pooling_ablation: tuple[TextModelConfig, ...] = ()
@@ -68,7 +72,16 @@ class Config:
 
     @property
     def datasets(self) -> tuple[str, ...]:
-        return self.score_datasets + self.check_datasets
+        return self.score_datasets + self.photo_datasets + self.check_datasets
+
+    @property
+    def swept_datasets(self) -> tuple[str, ...]:
+        """The datasets with a recipe sweep of their own (a check dataset takes the first score dataset's)."""
+        return self.score_datasets + self.photo_datasets
+
+    def role(self, dataset: str) -> str:
+        """A dataset's role in the runs' rows: ``score`` (the ViTeRB score), ``photos`` or ``check``."""
+        return "score" if dataset in self.score_datasets else "photos" if dataset in self.photo_datasets else "check"
 
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:

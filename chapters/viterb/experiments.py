@@ -4,6 +4,9 @@ See notebooks/viterb.py, section "Train on seen classes, score on unseen ones".
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -11,7 +14,7 @@ from typing import Sequence
 import torch
 
 from chapters.viterb.config import Config
-from corpora import class_splits, class_texts, full_sets, synonyms
+from corpora import caltech, class_splits, class_texts, full_sets, synonyms
 from corpora.class_splits import ClassBenchmark
 from corpora.class_texts import ClassTexts
 from lib.core import curves, features, recipes
@@ -38,11 +41,13 @@ def family(cfg: Config, text: TextModelConfig) -> str:
 
 
 def benchmark(cfg: Config) -> dict[str, ClassBenchmark]:
-    """Every dataset of the config (small: emoji and Fashion-MNIST; medium: the medium corpus's concepts and
-    emoji; full: the paper's four), leak-checked."""
+    """Every dataset of the config (small: emoji and Fashion-MNIST; medium: the medium corpus's concepts, emoji
+    and Caltech-101's photographs; full: the paper's four), leak-checked."""
     out = {}
     for dataset in cfg.datasets:
-        if dataset == "medium":
+        if dataset == caltech.NAME:
+            bench = caltech_benchmark(0)
+        elif dataset == "medium":
             bench = class_splits.medium_benchmark()
         elif dataset == "emoji":
             bench = class_splits.emoji_benchmark()
@@ -66,8 +71,21 @@ def seed_benchmark(cfg: Config, benches: dict[str, ClassBenchmark], dataset: str
     if key not in _SEED_BENCHES:
         from corpora import medium
 
-        _SEED_BENCHES[key] = (bench, class_splits.resplit(bench, seed, medium.family))
+        _SEED_BENCHES[key] = (bench, caltech_benchmark(seed) if dataset == caltech.NAME
+                              else class_splits.resplit(bench, seed, medium.family))
     return _SEED_BENCHES[key][1]
+
+
+def caltech_benchmark(seed: int) -> ClassBenchmark:
+    """Caltech-101's 8,677 photographs with seed ``seed``'s split of the 101 categories (51 seen / 50 unseen,
+    ``corpora.caltech.split``; a tenth of each seen category's photos held out for early stopping), so each seed is
+    tested on other categories' photos. The photos are :func:`corpora.caltech.labelled`'s, in its order and under
+    its source, so the one store entry of their features serves this chapter, FLAME's and FDT's."""
+    bench, photos = caltech.benchmark(seed), caltech.labelled()
+    source = bench.image_sources[0]
+    if source.ids != photos.ids:  # both list the manifest's photos in category order: a change to either breaks this
+        raise ValueError("corpora.caltech.benchmark and labelled() list the photos in different orders")
+    return dataclasses.replace(bench, image_sources=(dataclasses.replace(source, source=photos.source),))
 
 
 _SEED_BENCHES: dict[tuple, tuple[ClassBenchmark, ClassBenchmark]] = {}  # keeps the base alive beside its id
@@ -110,8 +128,27 @@ def run_specs(cfg: Config, quick: bool = False) -> list[RunSpec]:
 def texts_of(cfg: Config, benches: dict[str, ClassBenchmark]) -> dict[tuple[str, str], ClassTexts]:
     """(dataset, kind) -> the class texts of every kind any run reads."""
     kinds = {(s.dataset, s.kind) for s in run_specs(cfg)}
-    return {(d, k): class_texts.class_texts(benches[d], k, templates=cfg.name_templates)
+    return {(d, k): caltech_texts(benches[d], k) if d == caltech.NAME else
+            class_texts.class_texts(benches[d], k, templates=cfg.name_templates)
             for d in cfg.datasets for k in (*class_texts.TEXT_KINDS, "bare-name") if (d, k) in kinds}
+
+
+def caltech_texts(bench: ClassBenchmark, kind: str) -> ClassTexts:
+    """Caltech-101's texts of one kind (``corpora.caltech.class_texts``: "a photo of a {name}.", the name and its
+    WordNet gloss, or the sentences of its Wikipedia lead paragraph with the name's sentence as the fallback), as
+    the chapter's other datasets' :class:`corpora.class_texts.ClassTexts`. A photograph's class takes CLIP's
+    photo template, not the drawings' bare name."""
+    if kind not in caltech.KINDS:
+        raise ValueError(f"Caltech-101 has no {kind!r} texts (its kinds: {caltech.KINDS}): leave it out of "
+                         "text_kinds, or photo_datasets")
+    per_class = caltech.class_texts(kind)
+    extra = {"template": caltech.TEMPLATE} if kind == "name" else {
+        "file_sha256": class_texts.file_sha256(class_texts.class_text_path(caltech.NAME, kind))}
+    source = {"viterb": bench.name, "kind": kind, "classes_sha256": hashlib.sha256(
+        json.dumps(list(bench.class_keys)).encode()).hexdigest(), **extra}
+    rows = [(text, c, f"{key}#{j}") for c, key in enumerate(bench.class_keys) for j, text in enumerate(per_class[key])]
+    texts, owner, ids = zip(*rows)
+    return ClassTexts(bench.name, kind, texts, owner, ids, source)
 
 
 def _text_name(text: TextModelConfig, dataset: str, kind: str) -> str:
@@ -213,11 +250,22 @@ def own_text_classes(cfg: Config, bench: ClassBenchmark) -> tuple[int, ...] | No
     """The unseen classes whose ``wikipedia`` texts are their own article (not the name fallback), when the config
     has that kind: every run of the dataset is scored on them too (``score_own_text``), so the Wikipedia claim
     compares the two text kinds on the same classes and images."""
-    if "wikipedia" not in cfg.text_kinds or bench.name not in cfg.score_datasets:
+    if "wikipedia" not in cfg.text_kinds or bench.name not in cfg.swept_datasets:
         return None
-    if bench.name not in _OWN_TEXT:  # which classes have an article does not depend on the split
-        _OWN_TEXT[bench.name] = frozenset(class_texts.with_own_text(bench, "wikipedia"))
-    return tuple(c for c in bench.classes("unseen") if c in _OWN_TEXT[bench.name])
+    own = with_article(bench)
+    return tuple(c for c in bench.classes("unseen") if c in own)
+
+
+def with_article(bench: ClassBenchmark) -> frozenset[int]:
+    """Every class of ``bench`` (any role) that has a Wikipedia article of its own: ``corpora.wikipedia``'s exact
+    matches, or for Caltech-101 the categories its texts file records as matched (``corpora.caltech``). Which
+    classes have one does not depend on the split."""
+    if bench.name not in _OWN_TEXT:
+        _OWN_TEXT[bench.name] = frozenset(
+            [c for c, key in enumerate(bench.class_keys)
+             if key in class_texts.load_class_texts(caltech.NAME, "wikipedia")["matched"]]
+            if bench.name == caltech.NAME else class_texts.with_own_text(bench, "wikipedia"))
+    return _OWN_TEXT[bench.name]
 
 
 _OWN_TEXT: dict[str, frozenset[int]] = {}
@@ -235,15 +283,16 @@ def recipe_for(cfg: Config, chosen: dict, spec: RunSpec) -> TrainSettings | None
 
 
 def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: ChapterFeatures):
-    """Each language model's recipe (every text model and pooling a run reads) on each score dataset, chosen over
-    ``cfg.sweep`` on that dataset's held-out validation classes, on its class names, first seed, by the mean
+    """Each language model's recipe (every text model and pooling a run reads) on each score and photo dataset, chosen
+    over ``cfg.sweep`` on that dataset's held-out validation images (of held-out classes, or Caltech-101's held-out
+    photos of seen categories), on its class names, first seed, by the mean
     per-class accuracy of their images among them (:func:`lib.core.recipes.choose`, which keeps the configured
     rate unless beaten by ``cfg.sweep.keep_within_se`` standard errors over those images): features of different models
     differ in scale, and one shared learning rate would favour the models it suits; and a recipe chosen on
     11,416 training images (medium) need not suit 192 (emoji). Returns ``{recipe_key: settings}`` and one row per
     candidate."""
     chosen, record = {}, []
-    for dataset in cfg.score_datasets:
+    for dataset in cfg.swept_datasets:
         def score(text: TextModelConfig, settings: TrainSettings, dataset: str = dataset) -> float:
             spec = RunSpec("recipe", dataset, text, "name", cfg.vision[0], cfg.seeds[0])
             bench = seed_benchmark(cfg, benches, dataset, spec.seed)
@@ -251,7 +300,8 @@ def choose_recipes(cfg: Config, benches: dict[str, ClassBenchmark], feats: Chapt
 
         validation_images = len(seed_benchmark(cfg, benches, dataset, cfg.seeds[0]).images("val"))
         found, rows = recipes.choose_each(
-            cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *cfg.pooling_ablation]), score,
+            cfg.train, cfg.sweep, dict.fromkeys([*cfg.text, *(cfg.pooling_ablation if dataset in cfg.score_datasets
+                                                               else ())]), score,
             lambda text, dataset=dataset: {"dataset": dataset, "model": label(cfg, text), "pooling": text.pooling},
             n=validation_images)
         chosen.update({recipe_key(text, dataset): recipe for text, recipe in found.items()})
@@ -288,8 +338,7 @@ def train_and_score(cfg: Config, bench: ClassBenchmark, feats: ChapterFeatures, 
     val_text = model.draw(labels[val_rows], torch.Generator().manual_seed(10_000 + spec.seed))
     result = fit(model, {"image": images[train_rows], "label": labels[train_rows]},
                  {"image": images[val_rows], "text": val_text}, settings, seed=spec.seed, device=cfg.device)
-    role = "score" if spec.dataset in cfg.score_datasets else "check"
-    row = {"study": spec.study, "dataset": spec.dataset, "role": role, "model": label(cfg, spec.text),
+    row = {"study": spec.study, "dataset": spec.dataset, "role": cfg.role(spec.dataset), "model": label(cfg, spec.text),
            "family": family(cfg, spec.text), "pooling": spec.text.pooling, "kind": spec.kind,
            "vision": short(spec.vision.name), "seed": spec.seed, "texts_per_class": round(len(texts) / n_classes, 2),
            "score": unseen_score(method, images, text_features, texts.owner, bench),

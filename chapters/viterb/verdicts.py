@@ -84,24 +84,26 @@ def own_text_metric(kind: str) -> str:
     return "score_own_text" if kind == "wikipedia" else "score"
 
 
-def _main(**extra) -> dict:
-    return {"study": "main", "role": "score", **extra}
+def _main(role: str = "score", **extra) -> dict:
+    """The main grid's runs on the score datasets (``role="photos"``: on the photo datasets)."""
+    return {"study": "main", "role": role, **extra}
 
 
-def _capability_claim(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> Claim | None:
+def _capability_claim(cfg: Config, runs: Runs, perplexity: dict[str, float | None],
+                      role: str = "score") -> Claim | None:
     ranked = sorted((p, m) for m, p in perplexity.items() if p is not None)  # most capable (lowest) first
     if len(ranked) < 2:
         return None
     models = [m for _, m in ranked]
     if len(models) == 2:
-        comparison = runs.compare("score", _main(model=models[0]), _main(model=models[1]))
+        comparison = runs.compare("score", _main(role, model=models[0]), _main(role, model=models[1]))
         names = (f"{models[0]} (perplexity {ranked[0][0]:.0f})", f"{models[1]} (perplexity {ranked[1][0]:.0f})")
         note = ("two decoders: a rank correlation of two points is +1 or -1 by construction, so the evidence is "
                 "this one pair, by the rule; it says nothing about a trend")
     else:  # Spearman's rho per seed between capability (minus perplexity) and score, against no correlation
-        found = rank_correlation(runs, {m: -p for p, m in ranked}, **_main())
+        found = rank_correlation(runs, {m: -p for p, m in ranked}, **_main(role))
         comparison = rank_comparison(found["per_seed"], found["measure"], found["score"])
-        names = (f"Spearman rho over {len(models)} decoders", "no correlation")
+        names = (f"Spearman rho of minus perplexity over {len(models)} decoders", "no correlation")
         note = (f"{len(models)} decoders, so the permutation test has {math.factorial(len(models))} orderings; "
                 "perplexity " + ", ".join(f"{m} {p:.1f}" for p, m in ranked))
     return Claim("capability_predicts_alignment", "more capable language models align better with vision (lower "
@@ -110,19 +112,20 @@ def _capability_claim(cfg: Config, runs: Runs, perplexity: dict[str, float | Non
                  diagnosis=note, scale=1.0 if len(models) > 2 else 100.0, unit="" if len(models) > 2 else " %")
 
 
-def _size_claim(runs: Runs, params: dict[str, float]) -> Claim | None:
+def _size_claim(runs: Runs, params: dict[str, float], role: str = "score") -> Claim | None:
     """The book's own question: within the decoders, do larger models align better? (The paper correlates with
     MMLU only, Figure 1; pooling encoders with decoders here would mix this with the decoder-vs-encoder claim.)"""
-    decoders = {r["model"] for r in runs.where(family="decoder")}
+    decoders = {r["model"] for r in runs.where(family="decoder", role=role)}
     params = {m: v for m, v in params.items() if m in decoders}
     if len(params) < 3:
         return None
-    found = rank_correlation(runs, params, **_main(family="decoder"))
+    found = rank_correlation(runs, params, **_main(role, family="decoder"))
     return Claim("size_predicts_alignment", "the book's question: within the decoders, larger language models "
                  f"align better with vision (parameter count, {len(found['models'])} decoders)",
                  "the book's own question (the paper correlates with MMLU: Figure 1)",
                  rank_comparison(found["per_seed"], found["measure"], found["score"]),
-                 (f"Spearman rho over {len(found['models'])} decoders", "no correlation"), paper_value=None,
+                 (f"Spearman rho of parameter count over {len(found['models'])} decoders", "no correlation"),
+                 paper_value=None,
                  diagnosis="score by size: " + ", ".join(
                      f"{m} ({params[m] / 1e6:.0f}M) {100 * v:.2f} %"
                      for m, v in sorted(zip(found["models"], found["score"]), key=lambda mv: params[mv[0]])),
@@ -136,17 +139,18 @@ def _means(runs: Runs, key: str, **where) -> str:
 
 
 def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, float] | None,
-              curve: Runs | None = None) -> Claim:
+              curve: Runs | None = None, role: str = "score") -> Claim:
     """A measured diagnosis for a claim that did not reproduce (kept as is when it did, or has one)."""
     import dataclasses
 
     if claim.verdict == "reproduced" or claim.diagnosis:
         return claim
+    datasets = cfg.score_datasets if role == "score" else cfg.photo_datasets
     if claim.id == "decoders_beat_encoders":
-        text = f"per model (mean over types and seeds): {_means(runs, 'model', **_main())}"
-        if runs.where(study="pooling", role="score").rows:
-            text += f"; the encoders mean-pooled: {_means(runs, 'model', study='pooling', role='score')}"
-        if curve is not None and len(curve):
+        text = f"per model (mean over types and seeds): {_means(runs, 'model', **_main(role))}"
+        if runs.where(study="pooling", role=role).rows:
+            text += f"; the encoders mean-pooled: {_means(runs, 'model', study='pooling', role=role)}"
+        if curve is not None and len(curve) and role == "score":  # the curve is on the drawings
             trend = curves.trend(curve, "score", {"family": "decoder"}, {"family": "encoder"}, ("decoders", "encoders"),
                                  size_key="curve_size", context=f"class names on {cfg.score_datasets[0]}")
             text += f"; {trend}" if trend else ""
@@ -154,19 +158,19 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
         kind = claim.id[: -len("_beats_names")]
         metric = own_text_metric(kind)
         text = "per dataset, " + "; ".join(
-            f"{d}: {kind} {100 * (runs.summary(metric, **_main(kind=kind, dataset=d)).mean or 0):.2f} % vs names "
-            f"{100 * (runs.summary(metric, **_main(kind='name', dataset=d)).mean or 0):.2f} %"
-            for d in cfg.score_datasets)
+            f"{d}: {kind} {100 * (runs.summary(metric, **_main(role, kind=kind, dataset=d)).mean or 0):.2f} % vs names "
+            f"{100 * (runs.summary(metric, **_main(role, kind='name', dataset=d)).mean or 0):.2f} %"
+            for d in datasets)
         if metric != "score":
             text += ("; on all the unseen classes (the others with their names on both sides): " + "; ".join(
-                f"{d}: {kind} {100 * (runs.summary('score', **_main(kind=kind, dataset=d)).mean or 0):.2f} % vs "
-                f"names {100 * (runs.summary('score', **_main(kind='name', dataset=d)).mean or 0):.2f} %"
-                for d in cfg.score_datasets))
-        if kind == "reference" and reference_alone:
+                f"{d}: {kind} {100 * (runs.summary('score', **_main(role, kind=kind, dataset=d)).mean or 0):.2f} % vs "
+                f"names {100 * (runs.summary('score', **_main(role, kind='name', dataset=d)).mean or 0):.2f} %"
+                for d in datasets))
+        if kind == "reference" and reference_alone and role == "score":
             text += "; classes whose reference text is only their name: " + ", ".join(
                 f"{d} {100 * share:.0f} %" for d, share in reference_alone.items())
     elif claim.id == "above_chance":
-        text = "per dataset: " + _means(runs, "dataset", **_main())
+        text = "per dataset: " + _means(runs, "dataset", **_main(role))
     else:
         return claim
     return dataclasses.replace(claim, diagnosis=text)
@@ -178,21 +182,50 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
     that did not reproduce, a measured diagnosis. ``perplexity``: model label -> perplexity on held-out text
     (None for encoders); ``params``: model label -> parameter count (with three or more models: the size claim,
     Spearman's rho over every model); ``reference_alone``: dataset -> share of classes whose reference text is
-    only the name; ``curve``: the data-size curve (:func:`data_size_curve`), for the decoder claim's diagnosis."""
+    only the name; ``curve``: the data-size curve (:func:`data_size_curve`), for the decoder claim's diagnosis.
+
+    With photo datasets (medium: Caltech-101) the paper's claims are decided on their photographs, the paper's
+    test; the same comparisons on the score datasets' drawings are kept as the book's own questions (ids ending in
+    ``_drawings``), so each paper claim has one verdict."""
+    drawn = _claims_on(cfg, runs, "score", perplexity, params, reference_alone, curve)
+    if not cfg.photo_datasets or not runs.where(**_main("photos")).rows:
+        return drawn
+    return [*_claims_on(cfg, runs, "photos", perplexity, params, reference_alone, curve),
+            *(_on_drawings(c) for c in drawn)]
+
+
+def _on_drawings(claim: Claim) -> Claim:
+    """A claim's comparison on the drawn concepts, kept as the book's own question once the photographs decide it."""
+    import dataclasses
+
+    paper = claim.origin == "paper"
+    return dataclasses.replace(
+        claim, id=f"{claim.id}_drawings", origin="book", paper_value=None, paper_pair=None,
+        names=tuple(f"{name} on drawings" for name in claim.names),
+        statement=claim.statement + " (the unseen drawn concepts: the ViTeRB score of the score datasets)",
+        reference=f"the book's own question (the claim of {claim.reference} on drawings)" if paper else claim.reference)
+
+
+def _claims_on(cfg: Config, runs: Runs, role: str, perplexity: dict[str, float | None],
+               params: dict[str, float] | None, reference_alone: dict[str, float] | None,
+               curve: Runs | None) -> list[Claim]:
+    """:func:`claims` on one role's runs: ``score`` (the ViTeRB score of the drawn score datasets) or ``photos``."""
+    where = "Caltech-101's photographs" if role == "photos" else "ViTeRB score"
     out = [Claim("decoders_beat_encoders", "decoder LLMs give better class representations than encoders "
-                 "(ViTeRB score, mean over models and text types)", "Table 1; abstract",
-                 runs.compare("score", _main(family="decoder"), _main(family="encoder")), ("decoders", "encoders"),
+                 f"({where}, mean over models and text types)", "Table 1; abstract",
+                 runs.compare("score", _main(role, family="decoder"), _main(role, family="encoder")),
+                 ("decoders", "encoders"),
                  paper_value=f"decoders {_paper_mean(['Dec.']):.1f} vs encoders {_paper_mean(['Enc.']):.1f} "
                              "(mean of Table 1's cells)", paper_pair=(_paper_mean(['Dec.']), _paper_mean(['Enc.'])))]
     for kind in [k for k in ("description", "encyclopedia", "reference", "wikipedia") if k in cfg.text_kinds]:
         column = paper_kind(cfg, kind)
         if kind == "wikipedia":  # read where the texts differ: the unseen classes that have an article
-            comparison = runs.compare(own_text_metric(kind), _main(kind=kind), _main(kind="name"))
+            comparison = runs.compare(own_text_metric(kind), _main(role, kind=kind), _main(role, kind="name"))
             text = ("real Wikipedia lead paragraphs beat class names on the unseen classes that have an article "
-                    "(mean over models; the others fall back to their names)")
+                    f"({where}, mean over models; the others fall back to their names)")
         else:
-            comparison = runs.compare("score", _main(kind=kind), _main(kind="name"))
-            text = f"richer class text ({kind}) beats class names (mean over models)"
+            comparison = runs.compare("score", _main(role, kind=kind), _main(role, kind="name"))
+            text = f"richer class text ({kind}) beats class names ({where}, mean over models)"
         if column is None:
             out.append(Claim(f"{kind}_beats_names", f"the book's question: {text}",
                              "the book's own question (Table 1's human-written column is Wikipedia's: `wikipedia`)",
@@ -202,26 +235,26 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
                          paper_value=f"{PAPER_COLUMNS[column]} {_paper_mean(kinds=[column]):.1f} vs Class Names "
                                      f"{_paper_mean(kinds=['name']):.1f} (mean of the 7 models)",
                          paper_pair=(_paper_mean(kinds=[column]), _paper_mean(kinds=["name"]))))
-    capable = _capability_claim(cfg, runs, perplexity)
+    capable = _capability_claim(cfg, runs, perplexity, role)
     if capable is not None:
         out.append(capable)
-    sized = _size_claim(runs, params or {})
+    sized = _size_claim(runs, params or {}, role)
     if sized is not None:
         out.append(sized)
     chances: dict[str, list[float]] = {}  # the score averages datasets: so does chance (a seed's own split: its own)
-    for r in runs.where(**_main()):
+    for r in runs.where(**_main(role)):
         chances.setdefault(r["dataset"], []).append(r["chance"])
     chance = sum(sum(v) / len(v) for v in chances.values()) / max(len(chances), 1)
     out.append(Claim("above_chance", "a head trained on seen classes transfers to unseen classes through their "
-                     "texts alone", "§4", versus(runs.values("score", **_main()), chance), ("ViTeRB score", "chance"),
-                     paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
-    return [_diagnose(c, cfg, runs, reference_alone, curve) for c in out]
+                     f"texts alone ({where})", "§4", versus(runs.values("score", **_main(role)), chance),
+                     (where, "chance"), paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
+    return [_diagnose(c, cfg, runs, reference_alone, curve, role) for c in out]
 
 
 def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> dict[str, float | None]:
     """The chapter's numbers (means over seeds, fractions) for metrics.json and the results page."""
     main_models = [label(cfg, t) for t in cfg.text]
-    out: dict[str, float | None] = {"decoders": runs.summary("score", **_main(family="decoder")).mean,
+    out: dict[str, float | None] = {"decoders": runs.summary("score", **_main(family="decoder")).mean,  # drawings
                                     "encoders": runs.summary("score", **_main(family="encoder")).mean}
     for m in main_models + [label(cfg, t) for t in cfg.pooling_ablation]:
         study = "main" if m in main_models else "pooling"
@@ -241,5 +274,17 @@ def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> di
         out[f"dataset/{dataset}"] = runs.summary("score", study="main", dataset=dataset).mean
         out[f"control/{dataset}"] = runs.summary("score", study="control", dataset=dataset).mean
         out[f"chance/{dataset}"] = runs.summary("chance", study="main", dataset=dataset).mean
+    for dataset in cfg.photo_datasets:  # the same numbers on the photographs, under "<dataset>/"
+        where = dict(study="main", dataset=dataset)
+        out.update({f"{dataset}/{family}s": runs.summary("score", **where, family=family).mean
+                    for family in ("decoder", "encoder")})
+        for m in main_models:
+            out[f"{dataset}/score/{m}"] = runs.summary("score", **where, model=m).mean
+            for kind in cfg.text_kinds:
+                out[f"{dataset}/score/{m}/{kind}"] = runs.summary("score", **where, model=m, kind=kind).mean
+        for kind in cfg.text_kinds:
+            out[f"{dataset}/kind/{kind}"] = runs.summary("score", **where, kind=kind).mean
+            if "wikipedia" in cfg.text_kinds and kind in ("name", "wikipedia"):
+                out[f"{dataset}/own_text/{kind}"] = runs.summary("score_own_text", **where, kind=kind).mean
     out.update({f"perplexity/{m}": p for m, p in perplexity.items()})
     return out
