@@ -5,6 +5,7 @@ small-config run (slow)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import json
 from pathlib import Path
 
@@ -353,7 +354,7 @@ def test_claims_follow_the_rule():
     found = {c.id: c for c in viterb.claims(cfg, runs, {"dec-a": 20.0, "dec-b": 40.0, "enc": None})}
     assert found["decoders_beat_encoders"].verdict == "reproduced"
     assert found["description_beats_names"].verdict == "reproduced"
-    assert found["capability_predicts_alignment"].verdict == "reproduced"  # dec-a: lower perplexity, +5 points
+    assert found["capability_predicts_alignment"].verdict == "reproduced"  # dec-a: fewer bits per byte, +5 points
     assert "two decoders" in found["capability_predicts_alignment"].diagnosis
     assert found["above_chance"].verdict == "reproduced"
     one_seed = {c.id: c for c in viterb.claims(cfg, _runs([0.3], [0.1]), {"dec-a": 20.0, "dec-b": 40.0})}
@@ -483,7 +484,13 @@ def test_viterb_small_config_metrics(viterb_run):
     assert {"decoders_beat_encoders", "description_beats_names", "capability_predicts_alignment"} <= set(claims)
     capability = {c["model"]: c for c in metrics["extra"]["capability"]}
     assert capability["offline/all-MiniLM-L6-v2"]["perplexity"] is None
-    assert 1 < capability["offline/gemma-3-270m"]["perplexity"] < 10_000
+    assert capability["offline/all-MiniLM-L6-v2"]["bits_per_byte"] is None
+    gemma = capability["offline/gemma-3-270m"]
+    assert 1 < gemma["perplexity"] < 10_000
+    # bits per byte = the same log-likelihood per byte instead of per token: the two agree through the token count
+    assert gemma["bits_per_byte"] == pytest.approx(math.log2(gemma["perplexity"]) * gemma["tokens"] / gemma["bytes"],
+                                                   rel=1e-6)
+    assert 0.3 < gemma["bits_per_byte"] < 4  # English text under a 270M LM: about 1-2 bits a byte
     if not metrics["extra"]["quick"]:
         control = [r["score"] for r in metrics["runs"] if r["study"] == "control" and r["dataset"] == "emoji"]
         assert control and sum(control) / len(control) < 3 * chance["emoji"]

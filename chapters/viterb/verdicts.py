@@ -89,25 +89,27 @@ def _main(role: str = "score", **extra) -> dict:
     return {"study": "main", "role": role, **extra}
 
 
-def _capability_claim(cfg: Config, runs: Runs, perplexity: dict[str, float | None],
+def _capability_claim(cfg: Config, runs: Runs, bits: dict[str, float | None],
                       role: str = "score") -> Claim | None:
-    ranked = sorted((p, m) for m, p in perplexity.items() if p is not None)  # most capable (lowest) first
+    """Capability as each decoder's bits per byte on held-out text (``bits``: label -> bits, None for an encoder;
+    lower is better; tokenizer-free, unlike per-token perplexity) against the score."""
+    ranked = sorted((b, m) for m, b in bits.items() if b is not None)  # most capable (lowest) first
     if len(ranked) < 2:
         return None
     models = [m for _, m in ranked]
     if len(models) == 2:
         comparison = runs.compare("score", _main(role, model=models[0]), _main(role, model=models[1]))
-        names = (f"{models[0]} (perplexity {ranked[0][0]:.0f})", f"{models[1]} (perplexity {ranked[1][0]:.0f})")
+        names = (f"{models[0]} ({ranked[0][0]:.2f} bits per byte)", f"{models[1]} ({ranked[1][0]:.2f} bits per byte)")
         note = ("two decoders: a rank correlation of two points is +1 or -1 by construction, so the evidence is "
                 "this one pair, by the rule; it says nothing about a trend")
-    else:  # Spearman's rho per seed between capability (minus perplexity) and score, against no correlation
-        found = rank_correlation(runs, {m: -p for p, m in ranked}, **_main(role))
+    else:  # Spearman's rho per seed between capability (minus bits per byte) and score, against no correlation
+        found = rank_correlation(runs, {m: -b for b, m in ranked}, **_main(role))
         comparison = rank_comparison(found["per_seed"], found["measure"], found["score"])
-        names = (f"Spearman rho of minus perplexity over {len(models)} decoders", "no correlation")
+        names = (f"Spearman rho of minus bits per byte over {len(models)} decoders", "no correlation")
         note = (f"{len(models)} decoders, so the permutation test has {math.factorial(len(models))} orderings; "
-                "perplexity " + ", ".join(f"{m} {p:.1f}" for p, m in ranked))
-    return Claim("capability_predicts_alignment", "more capable language models align better with vision (lower "
-                 "perplexity on held-out text here; MMLU in the paper)", "Figure 1; §5",
+                "bits per byte " + ", ".join(f"{m} {b:.3f}" for b, m in ranked))
+    return Claim("capability_predicts_alignment", "more capable language models align better with vision (fewer "
+                 "bits per byte on held-out text here; MMLU in the paper)", "Figure 1; §5",
                  comparison, names, paper_value="positive correlation with MMLU (R² 0.101 excl. Phi-3, as printed)",
                  diagnosis=note, scale=1.0 if len(models) > 2 else 100.0, unit="" if len(models) > 2 else " %")
 
@@ -176,10 +178,10 @@ def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, 
     return dataclasses.replace(claim, diagnosis=text)
 
 
-def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params: dict[str, float] | None = None,
+def claims(cfg: Config, runs: Runs, bits: dict[str, float | None], params: dict[str, float] | None = None,
            reference_alone: dict[str, float] | None = None, curve: Runs | None = None) -> list[Claim]:
     """The paper's claims that the runs can test, each with its verdict (``lib.core.results.RULE``) and, for one
-    that did not reproduce, a measured diagnosis. ``perplexity``: model label -> perplexity on held-out text
+    that did not reproduce, a measured diagnosis. ``bits``: model label -> bits per byte on held-out text
     (None for encoders); ``params``: model label -> parameter count (with three or more models: the size claim,
     Spearman's rho over every model); ``reference_alone``: dataset -> share of classes whose reference text is
     only the name; ``curve``: the data-size curve (:func:`data_size_curve`), for the decoder claim's diagnosis.
@@ -187,10 +189,10 @@ def claims(cfg: Config, runs: Runs, perplexity: dict[str, float | None], params:
     With photo datasets (medium: Caltech-101) the paper's claims are decided on their photographs, the paper's
     test; the same comparisons on the score datasets' drawings are kept as the book's own questions (ids ending in
     ``_drawings``), so each paper claim has one verdict."""
-    drawn = _claims_on(cfg, runs, "score", perplexity, params, reference_alone, curve)
+    drawn = _claims_on(cfg, runs, "score", bits, params, reference_alone, curve)
     if not cfg.photo_datasets or not runs.where(**_main("photos")).rows:
         return drawn
-    return [*_claims_on(cfg, runs, "photos", perplexity, params, reference_alone, curve),
+    return [*_claims_on(cfg, runs, "photos", bits, params, reference_alone, curve),
             *(_on_drawings(c) for c in drawn)]
 
 
@@ -206,7 +208,7 @@ def _on_drawings(claim: Claim) -> Claim:
         reference=f"the book's own question (the claim of {claim.reference} on drawings)" if paper else claim.reference)
 
 
-def _claims_on(cfg: Config, runs: Runs, role: str, perplexity: dict[str, float | None],
+def _claims_on(cfg: Config, runs: Runs, role: str, bits: dict[str, float | None],
                params: dict[str, float] | None, reference_alone: dict[str, float] | None,
                curve: Runs | None) -> list[Claim]:
     """:func:`claims` on one role's runs: ``score`` (the ViTeRB score of the drawn score datasets) or ``photos``."""
@@ -235,7 +237,7 @@ def _claims_on(cfg: Config, runs: Runs, role: str, perplexity: dict[str, float |
                          paper_value=f"{PAPER_COLUMNS[column]} {_paper_mean(kinds=[column]):.1f} vs Class Names "
                                      f"{_paper_mean(kinds=['name']):.1f} (mean of the 7 models)",
                          paper_pair=(_paper_mean(kinds=[column]), _paper_mean(kinds=["name"]))))
-    capable = _capability_claim(cfg, runs, perplexity, role)
+    capable = _capability_claim(cfg, runs, bits, role)
     if capable is not None:
         out.append(capable)
     sized = _size_claim(runs, params or {}, role)
@@ -251,7 +253,7 @@ def _claims_on(cfg: Config, runs: Runs, role: str, perplexity: dict[str, float |
     return [_diagnose(c, cfg, runs, reference_alone, curve, role) for c in out]
 
 
-def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> dict[str, float | None]:
+def findings(cfg: Config, runs: Runs, bits: dict[str, float | None]) -> dict[str, float | None]:
     """The chapter's numbers (means over seeds, fractions) for metrics.json and the results page."""
     main_models = [label(cfg, t) for t in cfg.text]
     out: dict[str, float | None] = {"decoders": runs.summary("score", **_main(family="decoder")).mean,  # drawings
@@ -286,5 +288,5 @@ def findings(cfg: Config, runs: Runs, perplexity: dict[str, float | None]) -> di
             out[f"{dataset}/kind/{kind}"] = runs.summary("score", **where, kind=kind).mean
             if "wikipedia" in cfg.text_kinds and kind in ("name", "wikipedia"):
                 out[f"{dataset}/own_text/{kind}"] = runs.summary("score_own_text", **where, kind=kind).mean
-    out.update({f"perplexity/{m}": p for m, p in perplexity.items()})
+    out.update({f"bits_per_byte/{m}": b for m, b in bits.items()})
     return out
