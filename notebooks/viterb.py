@@ -747,7 +747,7 @@ box += [f"This page shows the **{config}** config's run ({len(cfg.seeds)} seeds,
 box += [findings_table(claims), ""]
 for role, where in roles.items():
     datasets = cfg.score_datasets if role == "score" else cfg.photo_datasets
-    sizes = ", ".join(f"{len(benches[d].classes('unseen'))} unseen classes of {d}" for d in datasets)
+    sizes = ", ".join(f"{len(benches[d].classes('unseen')):,} unseen classes of {d}" for d in datasets)
     level = sum(chance[d] for d in datasets) / len(datasets)
     box.append(f"- {where} ({sizes}): decoders {runs.summary('score', study='main', role=role, family='decoder').text()}"
                f" %, encoders {runs.summary('score', study='main', role=role, family='encoder').text()} %, chance "
@@ -756,7 +756,7 @@ box += [f"- shuffled-text control on {d}: {runs.summary('score', study='control'
         f"(chance {100 * chance[d]:.1f} %)" for d in cfg.datasets if runs.where(study="control", dataset=d).rows]
 for t in cfg.pooling_ablation:
     main_setting = next(m for m in cfg.text if m.name == t.name)
-    box.append(f"- encoder pooling ({viterb.short(t.name)}): " + runs.compare(
+    box.append(f"- encoder pooling ({viterb.short(t.name)}), ViTeRB score on drawings: " + runs.compare(
         "score", dict(study="pooling", role="score", model=viterb.label(cfg, t)),
         dict(study="main", role="score", model=viterb.label(cfg, main_setting))).says(t.pooling, main_setting.pooling))
 box.append(f"- runs whose best step is their first evaluation (not trained): {len(stuck)} of the "

@@ -250,6 +250,11 @@ def _claims_on(cfg: Config, runs: Runs, role: str, bits: dict[str, float | None]
     out.append(Claim("above_chance", "a head trained on seen classes transfers to unseen classes through their "
                      f"texts alone ({where})", "§4", versus(runs.values("score", **_main(role)), chance),
                      (where, "chance"), paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
+    if role == "photos":  # each arm says where it was measured, as the drawings' copies do
+        import dataclasses
+
+        out = [dataclasses.replace(c, names=tuple(f"{name} on Caltech-101" for name in c.names))
+               if not c.names[0].startswith("Caltech-101") else c for c in out]
     return [_diagnose(c, cfg, runs, reference_alone, curve, role) for c in out]
 
 
