@@ -460,22 +460,24 @@ for name in cfg.check_datasets:
 
 # %%
 plot = trained[trained.study == "main"]
-fig, axes = plt.subplots(1, len(cfg.datasets), figsize=(5.2 * len(cfg.datasets), 3.8), squeeze=False)
-for axis, name in zip(axes[0], cfg.datasets):
+shown = [*cfg.photo_datasets, *cfg.score_datasets, *cfg.check_datasets]  # the photographs first
+fig, axes = plt.subplots(len(shown), 1, figsize=(10, 3.3 * len(shown)), squeeze=False)  # one panel a row: legible
+for axis, name in zip(axes[:, 0], shown):
     sns.barplot(data=plot[plot.dataset == name], x="model", y="score", hue="kind", hue_order=list(cfg.text_kinds),
                 errorbar="sd", ax=axis)
     notebook.chance_line(axis, chance[name])
     notebook.percent_axis(axis, "y")
     role = {"score": "the ViTeRB score", "photos": "photographs", "check": "a separate check"}[cfg.role(name)]
-    axis.set(title=f"{name} ({len(benches[name].classes('unseen'))} unseen classes: {role})", xlabel="",
-             ylabel="mean per-class accuracy (unseen)")
-    axis.tick_params(axis="x", labelsize=8, rotation=25)
+    axis.set(title=f"{name} ({len(benches[name].classes('unseen')):,} unseen classes: {role})", xlabel="",
+             ylabel="accuracy (unseen)")
+    plt.setp(axis.get_xticklabels(), fontsize=9, rotation=20, ha="right", rotation_mode="anchor")
 handles, names = axes[0][0].get_legend_handles_labels()
-for axis in axes[0]:
+for axis in axes[:, 0]:
     axis.get_legend().remove()
 fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9)
-fig.suptitle("Score per language model and text type (dotted: chance of that panel; bars: ±1 sd over seeds)")
-plt.tight_layout(rect=(0, 0.07, 1, 1))
+fig.suptitle("Mean per-class accuracy per language model and text type (dotted: chance of that panel; bars: ±1 sd "
+             "over seeds)", fontsize=10)
+plt.tight_layout(rect=(0, 0.04, 1, 1))
 
 # %% [markdown]
 # ### Controls and a second vision model
