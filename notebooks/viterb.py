@@ -632,7 +632,7 @@ for (role, where), (left, right) in zip(roles.items(), grid):
                 axis.errorbar(x, score.mean, yerr=score.sd or 0, fmt=marker, color=colour, capsize=3,
                               label=row["family"])
                 axis.annotate(row["label"], (x, score.mean), fontsize=8, xytext=(4, 4), textcoords="offset points")
-    datasets = cfg.score_datasets if role == "score" else cfg.photo_datasets
+    datasets = cfg.datasets_in(role)
     for axis, name in ((left, "parameter count (decoders)"), (right, "minus bits per byte (decoders)")):
         axis.margins(x=0.25)
         notebook.chance_line(axis, sum(chance[d] for d in datasets) / len(datasets))
@@ -748,7 +748,7 @@ box = [":::{admonition} Key findings (computed by this run)", ":class: tip", ""]
 box += [f"This page shows the **{config}** config's run ({len(cfg.seeds)} seeds, {len(cfg.text)} language models).", ""]
 box += [findings_table(claims), ""]
 for role, where in roles.items():
-    datasets = cfg.score_datasets if role == "score" else cfg.photo_datasets
+    datasets = cfg.datasets_in(role)
     sizes = ", ".join(f"{len(benches[d].classes('unseen')):,} unseen classes of {d}" for d in datasets)
     level = sum(chance[d] for d in datasets) / len(datasets)
     box.append(f"- {where} ({sizes}): decoders {runs.summary('score', study='main', role=role, family='decoder').text()}"

@@ -83,6 +83,10 @@ class Config:
         """A dataset's role in the runs' rows: ``score`` (the ViTeRB score), ``photos`` or ``check``."""
         return "score" if dataset in self.score_datasets else "photos" if dataset in self.photo_datasets else "check"
 
+    def datasets_in(self, role: str) -> tuple[str, ...]:
+        """The datasets of one :meth:`role`, in config order."""
+        return tuple(d for d in self.datasets if self.role(d) == role)
+
 
 def load_config(name: str = "small", overrides: dict | None = None) -> Config:
     """``small`` / ``medium`` / ``full`` of ``notebooks/configs/viterb.yaml`` (or a YAML path), validated."""

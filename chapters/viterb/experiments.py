@@ -261,10 +261,11 @@ def with_article(bench: ClassBenchmark) -> frozenset[int]:
     matches, or for Caltech-101 the categories its texts file records as matched (``corpora.caltech``). Which
     classes have one does not depend on the split."""
     if bench.name not in _OWN_TEXT:
-        _OWN_TEXT[bench.name] = frozenset(
-            [c for c, key in enumerate(bench.class_keys)
-             if key in class_texts.load_class_texts(caltech.NAME, "wikipedia")["matched"]]
-            if bench.name == caltech.NAME else class_texts.with_own_text(bench, "wikipedia"))
+        if bench.name == caltech.NAME:
+            matched = class_texts.load_class_texts(caltech.NAME, "wikipedia")["matched"]  # read once, not per class
+            _OWN_TEXT[bench.name] = frozenset(c for c, key in enumerate(bench.class_keys) if key in matched)
+        else:
+            _OWN_TEXT[bench.name] = frozenset(class_texts.with_own_text(bench, "wikipedia"))
     return _OWN_TEXT[bench.name]
 
 

@@ -63,11 +63,11 @@ def capability(model_name: str, texts: Sequence[str], *, causal: bool, batch_siz
             model.lm_head.weight = model.get_input_embeddings().weight
             result["lm_head"] = "tied to the input embeddings (absent from the checkpoint)"
         nll, count = 0.0, 0
+        start_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
                 batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True).to(device)
                 ids, mask = batch["input_ids"], batch["attention_mask"]
-                start_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
                 if not bool((ids[:, 0] == start_id).all()):
                     first = torch.full((len(ids), 1), start_id, dtype=ids.dtype, device=ids.device)
                     ids, mask = torch.cat([first, ids], 1), torch.cat([torch.ones_like(first), mask], 1)

@@ -4,6 +4,7 @@ See notebooks/viterb.py, section "What reproduced, what did not".
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -143,11 +144,9 @@ def _means(runs: Runs, key: str, **where) -> str:
 def _diagnose(claim: Claim, cfg: Config, runs: Runs, reference_alone: dict[str, float] | None,
               curve: Runs | None = None, role: str = "score") -> Claim:
     """A measured diagnosis for a claim that did not reproduce (kept as is when it did, or has one)."""
-    import dataclasses
-
     if claim.verdict == "reproduced" or claim.diagnosis:
         return claim
-    datasets = cfg.score_datasets if role == "score" else cfg.photo_datasets
+    datasets = cfg.datasets_in(role)
     if claim.id == "decoders_beat_encoders":
         text = f"per model (mean over types and seeds): {_means(runs, 'model', **_main(role))}"
         if runs.where(study="pooling", role=role).rows:
@@ -198,8 +197,6 @@ def claims(cfg: Config, runs: Runs, bits: dict[str, float | None], params: dict[
 
 def _on_drawings(claim: Claim) -> Claim:
     """A claim's comparison on the drawn concepts, kept as the book's own question once the photographs decide it."""
-    import dataclasses
-
     paper = claim.origin == "paper"
     return dataclasses.replace(
         claim, id=f"{claim.id}_drawings", origin="book", paper_value=None, paper_pair=None,
@@ -251,8 +248,6 @@ def _claims_on(cfg: Config, runs: Runs, role: str, bits: dict[str, float | None]
                      f"texts alone ({where})", "§4", versus(runs.values("score", **_main(role)), chance),
                      (where, "chance"), paper_value="all 28 cells of Table 1 between 15.9 and 47.5"))
     if role == "photos":  # each arm says where it was measured, as the drawings' copies do
-        import dataclasses
-
         out = [dataclasses.replace(c, names=tuple(f"{name} on Caltech-101" for name in c.names))
                if not c.names[0].startswith("Caltech-101") else c for c in out]
     return [_diagnose(c, cfg, runs, reference_alone, curve, role) for c in out]
